@@ -1,0 +1,76 @@
+// The client side of PBFT as a pure state machine (TOCS §2.1, §5.1): send a request to the primary,
+// retransmit to all replicas on timeout, accept a result once enough replicas agree, follow view changes.
+//
+// Acceptance rules:
+//   - ordered request: f+1 matching replies that are not tentative (same view, request id, result digest), or
+//     2f+1 matching replies when any of them is tentative (TOCS §5.1.2);
+//   - read-only request: 2f+1 matching read-only replies (§5.1.3); on a mismatch or a timeout the request is
+//     re-sent as an ordered request with the same operation and a new request id;
+//   - reply digests (§5.1.1): one designated replier sends the full result, the others its digest; the result is
+//     accepted when a full result whose digest matches the certificate is held; if the replier is silent, the
+//     retransmission asks every replica for the full result (replier = kReplierAll).
+// Pipelining: up to `window` requests in flight; results complete in any order but the replicas execute one
+// client's requests in request-id order (the primary orders them that way).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/crypto.h"
+#include "protocol/effects.h"
+#include "protocol/messages.h"
+
+namespace bftfs {
+
+struct ClientOptions {
+  std::uint32_t n = 4;
+  std::uint32_t f = 1;
+  std::uint32_t window = 64;                    // requests in flight; must not exceed the replicas' client_window
+  std::uint32_t retransmit_ticks = 100;         // first retransmission timeout; doubles up to the max
+  std::uint32_t retransmit_ticks_max = 2000;
+  std::uint64_t first_request_id = 1;          // must exceed every id this client used before (use wall time)
+  bool use_reply_digests = true;               // designate one replier per request
+};
+
+struct Completion {
+  std::uint64_t request_id = 0;
+  Bytes result;
+  std::uint64_t view = 0;  // the view the result was accepted in
+  bool read_only = false;
+};
+
+struct ClientStats {
+  std::uint64_t submitted = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t retransmissions = 0;
+  std::uint64_t read_only_fallbacks = 0;
+  std::uint64_t replies_rejected = 0;  // wrong client, unknown request, result not matching its digest
+};
+
+class Client {
+ public:
+  Client(const ClientOptions& options, NodeId self, const Crypto& crypto, std::uint64_t prng_seed);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Queues an operation; returns its request id. If `window` requests are in flight it is held back and sent
+  // when one completes (ids are assigned at submit, in order).
+  std::uint64_t submit(Bytes op, bool read_only = false);
+  void on_message(NodeId from, const Message& message);
+  void on_tick();
+
+  Effects take_effects();  // sends only; a client persists nothing
+  std::vector<Completion> take_completions();
+
+  std::size_t in_flight() const;  // submitted and not completed
+  std::uint64_t view() const;     // the client's belief of the current view
+  const ClientStats& stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bftfs

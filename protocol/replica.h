@@ -1,0 +1,118 @@
+// The PBFT replica as a pure state machine (no I/O, no clocks, no threads; time is ticks, randomness comes from
+// a seeded PRNG). The driver feeds it authenticated messages and ticks and drains Effects after every call.
+//
+// Implements (section numbers of Castro & Liskov, TOCS 2002):
+//   §2.3-2.4 normal case: pre-prepare, prepare, commit; batching (§5.1.4, sliding window of batches)
+//   §5.1.1 reply digests, §5.1.2 tentative execution, §5.1.3 read-only optimization
+//   §2.5 checkpoints every K, stable at 2f+1, log window L, garbage collection
+//   §4.5 view change with the P/Q decision rule; view-change and new-view messages are signed
+//   §5.3 state transfer over the partition tree; catch-up from peers' logs via STATUS retransmission
+//   durable state and recovery after restart (the records of effects.h)
+// and PBFT-CS early execution hooks (NSDI'09 §3.1) come with the next issue.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "common/crypto.h"
+#include "protocol/effects.h"
+#include "protocol/messages.h"
+#include "protocol/service.h"
+
+namespace bftfs {
+
+struct ReplicaOptions {
+  std::uint32_t n = 4;  // replicas, n = 3f+1
+  std::uint32_t f = 1;
+  std::uint64_t checkpoint_interval = 128;  // K
+  std::uint64_t log_window = 256;           // L (a multiple of K)
+  std::uint32_t batch_requests_max = 64;    // requests per pre-prepare
+  std::uint32_t batch_window = 1;           // batches in flight before the primary starts batching; 0 = no
+                                            // batching at all (one request per pre-prepare, unbounded window)
+  bool tentative_execution = true;
+  std::uint32_t client_window = 64;         // requests a client may have in flight (its reply cache size)
+
+  // Timeouts in ticks (the runtime ticks every 1 ms).
+  std::uint32_t view_change_timeout_ticks = 200;      // a known request not executed by then: suspect primary
+  std::uint32_t view_change_timeout_ticks_max = 10000; // doubling backoff cap
+  std::uint32_t status_interval_ticks = 50;            // periodic STATUS for retransmission and catch-up
+  std::uint32_t fetch_retry_ticks = 40;                // FETCH-BATCH / FETCH-STATE retry, with jitter
+};
+
+// Counters for status output, tests and benchmarks. Every rejected input increments one of them.
+struct ReplicaStats {
+  std::uint64_t requests_executed = 0;
+  std::uint64_t batches_committed = 0;
+  std::uint64_t read_only_executed = 0;
+  std::uint64_t view_changes_started = 0;
+  std::uint64_t new_views_installed = 0;
+  std::uint64_t state_transfers = 0;
+  std::uint64_t state_transfer_bytes = 0;
+  std::uint64_t rollbacks = 0;
+  std::uint64_t rejected_bad_authenticator = 0;
+  std::uint64_t rejected_bad_signature = 0;
+  std::uint64_t rejected_out_of_window = 0;
+  std::uint64_t rejected_wrong_view = 0;
+  std::uint64_t rejected_conflict = 0;     // equivocation: a second pre-prepare for a (view, seq) with another digest
+  std::uint64_t rejected_invalid = 0;      // anything else that a correct peer would not send
+};
+
+// What the simulator's checker reads after every step: the committed history of this replica.
+struct ExecutedBatch {
+  std::uint64_t seq = 0;
+  Digest digest;
+};
+
+class Replica {
+ public:
+  // `service` and `crypto` must outlive the replica. `prng_seed` drives timer jitter only.
+  Replica(const ReplicaOptions& options, NodeId self, Service& service, const Crypto& crypto,
+          std::uint64_t prng_seed);
+  ~Replica();
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  // Rebuilds the state from the write-ahead log after a restart, before any other call. Re-executes committed
+  // batches above the service's recovered checkpoint; emits a STATUS so peers retransmit what it missed.
+  void recover(const std::vector<PersistRecord>& log);
+
+  // An authenticated message from `from` (the frame's MAC was checked by the wire layer). Never asserts on
+  // message content: invalid messages are counted and dropped.
+  void on_message(NodeId from, const Message& message);
+  void on_tick();
+  // The driver's wall clock, used only by the primary to choose Batch::timestamp_ns (kept increasing).
+  void set_wall_clock_ns(std::uint64_t now_ns);
+
+  // Moves out everything the driver must do; see effects.h for the ordering rule.
+  Effects take_effects();
+
+  // Asserts every invariant of the replica state (called by tests and the simulator after every step).
+  void check_invariants() const;
+
+  // ---- introspection ----
+  NodeId id() const;
+  std::uint64_t view() const;
+  bool in_view_change() const;
+  bool is_primary() const;  // primary of the current view, and not changing views
+  std::uint64_t last_executed() const;
+  std::uint64_t last_committed() const;
+  std::uint64_t stable_checkpoint() const;
+  const ReplicaStats& stats() const;
+  // Committed batches in order since construction or recovery, for the simulator's agreement check; the
+  // history is trimmed by the caller with trim_history().
+  const std::vector<ExecutedBatch>& committed_history() const;
+  void trim_history();
+
+  // ---- fault injection (compiled in, armed only by the simulator and fault benchmarks) ----
+  // A hook that may rewrite or drop this replica's outgoing effects before the driver sees them.
+  using EffectsFilter = std::function<void(Effects&)>;
+  void set_effects_filter(EffectsFilter filter);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bftfs

@@ -1,0 +1,94 @@
+// The interface between the replication engine and the replicated service (the null service, the counter, and
+// later the file system behind the shim).
+//
+// Contract, in the words of PBFT (TOCS §2 "the service is a deterministic state machine"):
+// - execute() is deterministic: the same state and the same (context, op) give the same result and the same
+//   next state on every correct replica. Non-determinism (time) comes only from ExecContext::timestamp_ns,
+//   which the primary chose and the replicas agreed on.
+// - The engine may execute requests before they commit (tentative execution, TOCS §5.1.2; PBFT-CS early
+//   execution, NSDI'09 §3.1). It later calls commit_through(s) when everything up to s committed, or
+//   rollback_to(s) to undo every execution after s. rollback_to never goes below the last commit_through.
+// - The state is exposed as numbered partitions with digests (TOCS §5.3.1) so that checkpoints have a digest
+//   and state transfer fetches only partitions that differ. The tree over the leaves is protocol/partition_tree.h.
+// - Durability of the service's state is the service's job: checkpoint(s) returns only when the state after s
+//   is on stable storage (the engine then sends its CHECKPOINT message, "durable before sent"), and after a
+//   restart recovered_checkpoint() names the last such state; the engine replays its log from there.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+
+namespace bftfs {
+
+struct ExecContext {
+  std::uint64_t seq = 0;           // sequence number of the batch
+  NodeId client = 0;               // authenticated client id
+  std::uint64_t request_id = 0;    // the client's request id
+  std::uint64_t timestamp_ns = 0;  // agreed non-deterministic time of the batch
+};
+
+struct CheckpointId {
+  std::uint64_t seq = 0;
+  Digest digest;  // root of the service's partition tree at seq
+};
+
+class Service {
+ public:
+  virtual ~Service() = default;
+
+  // Executes one ordered request and returns its result (at most kResultBytesMax bytes). Must not fail on any
+  // op bytes: malformed ops return an error result, deterministically.
+  virtual Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) = 0;
+
+  // Executes a read-only request against the current state without changing it (TOCS §5.1.3). Returns false
+  // if the op is not read-only for this service (the engine then answers nothing and the client falls back to
+  // an ordered request).
+  virtual bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) = 0;
+
+  // Everything executed at or below seq is final: undo information for it may be dropped.
+  virtual void commit_through(std::uint64_t seq) = 0;
+  // Undo every execution of a batch with sequence number > seq. Precondition: seq >= last commit_through.
+  virtual void rollback_to(std::uint64_t seq) = 0;
+
+  // Takes a checkpoint of the current state, which is the state after executing seq (the engine calls this
+  // only when seq is committed and nothing past seq is executed). Durable on return. The checkpoint stays
+  // readable (partition_* below) until discard_checkpoints_below(s) with s > seq.
+  virtual CheckpointId checkpoint(std::uint64_t seq) = 0;
+  virtual void discard_checkpoints_below(std::uint64_t seq) = 0;
+
+  // The last durable checkpoint after a restart (seq 0 and the digest of the initial state if none).
+  virtual CheckpointId recovered_checkpoint() const = 0;
+
+  // ---- partitions (fixed count for the life of the service) ----
+  virtual std::uint64_t partition_count() const = 0;
+  // Digest of leaf `index` in retained checkpoint `seq`: digest of ("leaf" || index || data). Precondition:
+  // the checkpoint is retained and index < partition_count().
+  virtual Digest partition_digest(std::uint64_t seq, std::uint64_t index) const = 0;
+  virtual Bytes read_partition(std::uint64_t seq, std::uint64_t index) const = 0;
+
+  // ---- state transfer (installs a checkpoint fetched from peers) ----
+  // Replaces the current state's partition `index` with `data` (already verified against its digest by the
+  // engine). Between begin_install and finish_install the service is not executed.
+  virtual void begin_install(std::uint64_t target_seq) = 0;
+  virtual void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) = 0;
+  // Makes the installed state the checkpoint at target_seq, durably, and returns its id (the engine checks
+  // the digest against the one it fetched for).
+  virtual CheckpointId finish_install(std::uint64_t target_seq) = 0;
+};
+
+// Durable key-value storage for small services (null, counter) so they need no file code of their own. The
+// runtime implements it with files written to a temporary name, fsynced and renamed; the simulator keeps it in
+// memory across simulated crashes.
+class SnapshotStore {
+ public:
+  virtual ~SnapshotStore() = default;
+  // Durable on return (the operating-error case aborts the replica: a replica that cannot persist must stop).
+  virtual void put(const std::string& name, std::span<const std::uint8_t> data) = 0;
+  virtual bool get(const std::string& name, Bytes& out) const = 0;
+};
+
+}  // namespace bftfs

@@ -1,0 +1,96 @@
+// The wire format: one frame per message.
+//
+//   frame = header (72 bytes, little-endian) || body (body_bytes) || MAC (16 bytes)
+//
+//   offset size field
+//        0    4 magic        0x31544642 ("BFT1" read as little-endian bytes 'B','F','T','1')
+//        4    1 version      kWireVersion
+//        5    1 type         MsgType
+//        6    2 reserved     must be 0
+//        8    4 sender       NodeId
+//       12    4 receiver     NodeId (the MAC binds it: a frame cannot be reflected or redirected)
+//       16    8 view         the message's view (0 where the type has none)
+//       24    8 seq          the message's sequence number or request id (0 where the type has none)
+//       32    4 body_bytes   <= kFrameBytesMax - 88
+//       36    4 reserved     must be 0
+//       40   32 digest       the message's main digest (batch, request, result, state), zero where none
+//
+// The MAC is MAC(session key(sender, receiver), header || body). Decoding checks, one reason per check, in
+// this order: length, magic, version, reserved fields, type, body size, sender known, receiver == self, MAC,
+// then the body field by field against the limits in messages.h, then cross-field consistency (header view/
+// seq/digest equal the body's, no trailing bytes). Nothing is allocated before the size it depends on is
+// checked. A rejected frame is counted and dropped by the caller; decoding never throws or asserts on input.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "common/crypto.h"
+#include "protocol/messages.h"
+
+namespace bftfs {
+
+inline constexpr std::uint32_t kWireMagic = 0x31544642u;
+inline constexpr std::uint8_t kWireVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 72;
+inline constexpr std::size_t kFrameOverheadBytes = kHeaderBytes + kMacBytes;
+
+enum class Reject : std::uint8_t {
+  kNone = 0,
+  kTooShort,
+  kTooLong,
+  kBadMagic,
+  kBadVersion,
+  kBadReserved,
+  kBadType,
+  kBadBodySize,
+  kUnknownSender,
+  kWrongReceiver,
+  kBadMac,
+  kTruncatedBody,
+  kTrailingBytes,
+  kLimitExceeded,     // a count or size over a limit of messages.h
+  kBadFlags,
+  kBadResultDigest,   // Reply whose result does not hash to result_digest
+  kHeaderMismatch,    // header view/seq/digest disagree with the body
+  kBadAuthenticator,  // Request authenticator not exactly n entries
+  kBadSignature,      // signature checks are done by the core, but wire helpers may report it
+  kBadField,          // any other field out of its domain (e.g. sender a client where a replica is required)
+};
+std::string_view to_string(Reject r);
+
+// Encodes `m` from `sender` to `receiver` and appends the MAC. Precondition: crypto.self() == sender and
+// crypto knows the receiver. The frame length is at most kFrameBytesMax (asserted: the core never builds a
+// message past the limits).
+Bytes encode_frame(const Message& m, NodeId sender, NodeId receiver, const Crypto& crypto);
+
+// Encodes the body once for many receivers: returns header+body with receiver 0 and no MAC. `seal_for`
+// then patches the receiver and appends the MAC for one receiver, without re-encoding the body.
+Bytes encode_unsealed(const Message& m, NodeId sender);
+Bytes seal_for(const Bytes& unsealed, NodeId receiver, const Crypto& crypto);
+
+struct Decoded {
+  Reject reject = Reject::kNone;
+  NodeId sender = 0;
+  Message message;
+  bool ok() const { return reject == Reject::kNone; }
+};
+
+// Decodes and authenticates one whole frame addressed to crypto.self(). `replicas` is n: a Request's
+// authenticator must have exactly n entries, and messages that only replicas send (everything but Request)
+// are rejected with kBadField when the sender is not a replica (sender >= n), and Requests when the sender is a
+// replica.
+Decoded decode_frame(std::span<const std::uint8_t> frame, std::uint32_t replicas, const Crypto& crypto);
+
+// For stream transports: given at least kHeaderBytes of a stream, the total frame length, or 0 with `reject`
+// set if the header is malformed (bad magic, version, or a length over kFrameBytesMax). Lets a TCP reader
+// size its buffer before reading the body, and drop a connection that sends garbage.
+std::size_t frame_length(std::span<const std::uint8_t> header, Reject& reject);
+
+// Body-only codec, for fuzzing and round-trip tests: encode the body of m, and decode a body of type t
+// (no header, no MAC). decode_body applies every body check of decode_frame.
+Bytes encode_body(const Message& m);
+Reject decode_body(MsgType t, std::span<const std::uint8_t> body, std::uint32_t replicas, Message& out);
+
+}  // namespace bftfs
