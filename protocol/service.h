@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "protocol/partition_tree.h"
 
 namespace bftfs {
 
@@ -65,9 +66,10 @@ class Service {
 
   // ---- partitions (fixed count for the life of the service) ----
   virtual std::uint64_t partition_count() const = 0;
-  // Digest of leaf `index` in retained checkpoint `seq`: digest of ("leaf" || index || data). Precondition:
-  // the checkpoint is retained and index < partition_count().
-  virtual Digest partition_digest(std::uint64_t seq, std::uint64_t index) const = 0;
+  // The partition tree of retained checkpoint `seq` (leaf digests are PartitionTree::leaf_digest of the
+  // partition's bytes). Precondition: the checkpoint is retained.
+  virtual const PartitionTree& checkpoint_tree(std::uint64_t seq) const = 0;
+  // The bytes of partition `index` in retained checkpoint `seq`. Precondition: retained, index < count.
   virtual Bytes read_partition(std::uint64_t seq, std::uint64_t index) const = 0;
 
   // ---- state transfer (installs a checkpoint fetched from peers) ----
