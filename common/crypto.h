@@ -43,6 +43,7 @@ class DigestBuilder {
 struct PublicKeys {
   std::array<std::uint8_t, 32> kx{};    // X25519 (crypto_kx_PUBLICKEYBYTES)
   std::array<std::uint8_t, 32> sign{};  // Ed25519 (crypto_sign_PUBLICKEYBYTES)
+  friend bool operator==(const PublicKeys&, const PublicKeys&) = default;
 };
 
 struct SecretKeys {

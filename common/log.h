@@ -16,6 +16,8 @@ namespace bftfs {
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 std::string_view to_string(LogLevel l);
 
+// The sink receives the level and the line "LEVEL ctx message" (no timestamp, no newline; "LEVEL message" when
+// ctx is empty). The default sink prefixes a UTC timestamp "YYYY-MM-DDTHH:MM:SS.mmmZ " and writes it to stderr.
 using LogSink = std::function<void(LogLevel, std::string_view line)>;
 // Installs the sink (default: stderr with a UTC timestamp). Not thread-safe against concurrent logging; call
 // at start-up.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -20,29 +21,35 @@ namespace bftfs {
 struct ViewRecord {  // the replica entered `view` (or started changing to it)
   std::uint64_t view = 0;
   bool in_view_change = false;
+  friend bool operator==(const ViewRecord&, const ViewRecord&) = default;
 };
 struct PrePrepareRecord {  // accepted (backup) or sent (primary) pre-prepare; Q in a later view change
   std::uint64_t view = 0;
   std::uint64_t seq = 0;
   Batch batch;
+  friend bool operator==(const PrePrepareRecord&, const PrePrepareRecord&) = default;
 };
 struct PreparedRecord {  // this replica reached prepared(view, seq, digest); P in a later view change
   std::uint64_t view = 0;
   std::uint64_t seq = 0;
   Digest digest;
+  friend bool operator==(const PreparedRecord&, const PreparedRecord&) = default;
 };
 struct CommittedRecord {  // committed-local: the batch at seq is final (persisted before its replies go out)
   std::uint64_t seq = 0;
   Digest digest;
+  friend bool operator==(const CommittedRecord&, const CommittedRecord&) = default;
 };
 struct CheckpointRecord {  // this replica took a checkpoint at seq; client_table is the replica's own state
   std::uint64_t seq = 0;
   Digest digest;  // the checkpoint digest sent in CHECKPOINT (service root combined with the client table)
   Bytes client_table;  // serialized client table at seq (see Replica)
+  friend bool operator==(const CheckpointRecord&, const CheckpointRecord&) = default;
 };
 struct StableRecord {  // the checkpoint at seq became stable; the log below may be discarded
   std::uint64_t seq = 0;
   Digest digest;
+  friend bool operator==(const StableRecord&, const StableRecord&) = default;
 };
 
 using PersistRecord =

@@ -64,6 +64,7 @@ struct Request {
   // H("req" || client || request_id || flags || op). The replier and the authenticator are not covered: the
   // authenticator covers the digest, and the replier is advice that a retransmission may change.
   Digest digest() const;
+  friend bool operator==(const Request&, const Request&) = default;
 };
 
 // ---- ordering (§2.3-§2.4) ----
@@ -75,6 +76,7 @@ struct Batch {
   // re-proposed in a later view keeps its digest.
   Digest digest() const;
   bool is_null() const { return requests.empty(); }
+  friend bool operator==(const Batch&, const Batch&) = default;
 };
 Digest null_batch_digest();  // Batch{}.digest()
 
@@ -82,18 +84,21 @@ struct PrePrepare {
   std::uint64_t view = 0;
   std::uint64_t seq = 0;
   Batch batch;
+  friend bool operator==(const PrePrepare&, const PrePrepare&) = default;
 };
 
 struct Prepare {
   std::uint64_t view = 0;
   std::uint64_t seq = 0;
   Digest digest;
+  friend bool operator==(const Prepare&, const Prepare&) = default;
 };
 
 struct Commit {
   std::uint64_t view = 0;
   std::uint64_t seq = 0;
   Digest digest;
+  friend bool operator==(const Commit&, const Commit&) = default;
 };
 
 // ---- reply (§2.1, TOCS §5.1.1 reply digests, §5.1.2 tentative execution, §5.1.3 read-only) ----
@@ -110,12 +115,14 @@ struct Reply {
   std::uint8_t flags = 0;
   Digest result_digest;  // digest_of(result), always present
   Bytes result;          // empty unless kReplyHasResult; then digest_of(result) == result_digest (checked)
+  friend bool operator==(const Reply&, const Reply&) = default;
 };
 
 // ---- checkpoints and garbage collection (§2.5) ----
 struct Checkpoint {
   std::uint64_t seq = 0;
   Digest state_digest;
+  friend bool operator==(const Checkpoint&, const Checkpoint&) = default;
 };
 
 // ---- view change (TOCS §4.5, the P/Q rule that needs no signed prepares) ----
@@ -139,6 +146,7 @@ struct ViewChange {
   std::vector<PreparedClaim> prepared;       // P: at most one per seq, seq in (h, h+L]
   std::vector<PreparedClaim> pre_prepared;   // Q: at most two per seq, seq in (h, h+L]
   Signature signature;  // Ed25519 by `replica` over view_change_signing_bytes(*this)
+  friend bool operator==(const ViewChange&, const ViewChange&) = default;
 };
 Bytes view_change_signing_bytes(const ViewChange& vc);  // canonical encoding of every field but the signature
 
@@ -146,6 +154,7 @@ struct NewView {
   std::uint64_t view = 0;
   std::vector<ViewChange> view_changes;  // S: 2f+1 (or more) signed view-change messages for `view`
   Signature signature;  // Ed25519 by the new primary over new_view_signing_bytes(*this)
+  friend bool operator==(const NewView&, const NewView&) = default;
 };
 Bytes new_view_signing_bytes(const NewView& nv);
 
@@ -158,15 +167,18 @@ struct Status {
   std::uint64_t stable_seq = 0;
   std::uint64_t last_executed = 0;
   std::uint64_t last_committed = 0;
+  friend bool operator==(const Status&, const Status&) = default;
 };
 
 struct FetchBatch {  // "send me the batch with this digest at this seq"; any holder can answer
   std::uint64_t seq = 0;
   Digest digest;
+  friend bool operator==(const FetchBatch&, const FetchBatch&) = default;
 };
 struct BatchData {  // self-certifying: the receiver checks batch.digest() against what it asked for
   std::uint64_t seq = 0;
   Batch batch;
+  friend bool operator==(const BatchData&, const BatchData&) = default;
 };
 
 // ---- state transfer over the partition tree (TOCS §5.3.2; fanout 256) ----
@@ -178,17 +190,20 @@ struct FetchState {
   std::uint64_t checkpoint_seq = 0;
   std::uint32_t level = 0;
   std::uint64_t index = 0;  // node index at that level, or a leaf index (or kClientTableLeaf) when level==depth
+  friend bool operator==(const FetchState&, const FetchState&) = default;
 };
 struct StateNode {
   std::uint64_t checkpoint_seq = 0;
   std::uint32_t level = 0;
   std::uint64_t index = 0;
   std::vector<Digest> children;  // <= kStateChildrenMax
+  friend bool operator==(const StateNode&, const StateNode&) = default;
 };
 struct StateLeaf {
   std::uint64_t checkpoint_seq = 0;
   std::uint64_t index = 0;
   Bytes data;  // <= kPartitionBytesMax
+  friend bool operator==(const StateLeaf&, const StateLeaf&) = default;
 };
 
 using Message = std::variant<Request, PrePrepare, Prepare, Commit, Reply, Checkpoint, ViewChange, NewView, Status,

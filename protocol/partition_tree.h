@@ -42,6 +42,11 @@ class PartitionTree {
   // Digest of a leaf holding `data`: H("leaf" || index || data).
   static Digest leaf_digest(std::uint64_t index, std::span<const std::uint8_t> data);
 
+  // The shape of a tree over `leaves` leaves (> 0) without building it: what depth() and width(level) of
+  // such a tree return. A fetcher uses them to address and check a remote tree it does not hold.
+  static std::uint32_t depth_for(std::uint64_t leaves);
+  static std::uint64_t width_for(std::uint64_t leaves, std::uint32_t level);
+
  private:
   void refresh() const;
   std::uint64_t leaves_;

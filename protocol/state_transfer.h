@@ -70,6 +70,8 @@ class StateFetcher {
 
   std::uint64_t bytes_fetched() const;  // leaf and node bytes received and accepted, for benchmarks
   std::uint64_t rejected() const;       // nodes or leaves that did not match their promised digest
+  std::uint64_t ignored() const;        // answers to nothing outstanding: late, duplicate, another target
+  std::uint64_t requests_sent() const;  // FetchState messages sent, retries included
 
  private:
   struct Impl;

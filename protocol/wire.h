@@ -89,8 +89,37 @@ Decoded decode_frame(std::span<const std::uint8_t> frame, std::uint32_t replicas
 std::size_t frame_length(std::span<const std::uint8_t> header, Reject& reject);
 
 // Body-only codec, for fuzzing and round-trip tests: encode the body of m, and decode a body of type t
-// (no header, no MAC). decode_body applies every body check of decode_frame.
+// (no header, no MAC). decode_body applies every body check of decode_frame. On a reject `out` is unspecified.
 Bytes encode_body(const Message& m);
 Reject decode_body(MsgType t, std::span<const std::uint8_t> body, std::uint32_t replicas, Message& out);
+
+// What a successful decode guarantees beyond the limits of messages.h (the core may rely on it; everything
+// else, such as watermarks, views of P/Q claims, or duplicate view changes in a NewView, is the core's check):
+//   - Request: flags only known bits; client >= n; replier < n or kReplierAll; exactly n authenticator MACs.
+//     The frame sender is NOT required to equal Request::client: the authenticator authenticates the client.
+//   - Reply: flags only known bits; client >= n; with kReplyHasResult digest_of(result) == result_digest,
+//     without it result is empty.
+//   - ViewChange: replica < n, and replica == the frame sender when it arrives in its own frame.
+//   - NewView: at most kReplicasMax view changes, each passing the ViewChange checks and naming view.
+//   - StateNode: 1..kStateChildrenMax children.
+//   - every message but Request comes from a replica (sender < n), Request from a non-replica;
+//     header view/seq/digest equal the body's (digests recomputed), and no trailing bytes.
+
+// Verifies the Ed25519 signatures a message carries (decode_frame does not: they cost ~50 us each, and the core
+// decides when they are worth checking): a ViewChange's by its `replica`; a NewView's by the primary of its
+// view (view mod `replicas`) and each of its view changes by its `replica`. kBadSignature if any fails, else
+// kNone (also for every type that carries no signature).
+Reject check_signatures(const Message& m, std::uint32_t replicas, const Crypto& crypto);
+
+// ---- the batch codec, shared with the write-ahead log (protocol/records.cc) ----
+class ByteWriter;
+class ByteReader;
+std::size_t batch_encoded_size(const Batch& b);
+void write_batch(ByteWriter& w, const Batch& b);
+// Reads a batch with the body checks of decode_body (Request checks above). `replicas` is n; 0 means unknown
+// (the write-ahead log): then an authenticator may have any size from 1 to kReplicasMax, client ids are not
+// checked and a replier must be < kReplicasMax or kReplierAll. On a reject the reader has failed and `out` is
+// unspecified.
+Reject read_batch(ByteReader& r, std::uint32_t replicas, Batch& out);
 
 }  // namespace bftfs

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""The counter benchmark (PBFT-CS, NSDI'09 §6.1): a 4-replica PBFT cluster (f = 1) on loopback against NO-REP.
+
+Systems, all with the same counter service, transport, authentication and client code:
+  norep          `bftfs norep`: one server that executes each request at once and replies (no agreement, no log)
+  pbft           4 `bftfs replica` processes with batching (the default)
+  pbft_nobatch   the same with `--no-batching` (one request per pre-prepare)
+  pbft_nofsync   extra, for context: batching but `--no-fsync` (NOT durable), showing what the log's fdatasync
+                 costs on this disk
+
+Measurements, each from `bftfs counter --json` (the client times its own requests with CLOCK_MONOTONIC):
+  sequential     one client, N increments back to back (N = 2000; QUICK=1: 200): total time, p50/p99 latency
+                 (the first 10 requests are excluded from the percentiles, not from the total time)
+  closed loop    K clients in one client process (K = 1,2,4,8,16,32; QUICK=1: 1,8,32), each issuing its next
+                 increment as soon as the previous one completed, for a fixed duration after a warm-up:
+                 throughput in completed increments per second
+
+Every configuration starts from fresh replicas with empty data directories. Output:
+  bench-results/counter.json             keys norep, pbft, pbft_nobatch, pbft_nofsync, ratios, meta
+  bench-results/counter-throughput.png   ops/s against clients, one line per system
+  bench-results/counter-latency.png      sequential p50/p99, and closed-loop p50 against clients
+
+Environment: BUILD (or BFTFS_BUILD) selects the build directory; QUICK=1 runs in about a minute;
+BENCH_NOREP_DURABLE=1 runs NO-REP with --durable (group-committed log, like the replicas); BENCH_KEEP=1
+keeps the scratch directory with the daemons' logs and data.
+Progress goes to stderr. Every process started is killed on exit, including on errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+from common import LocalCluster, progress  # noqa: E402
+
+SYSTEMS = ("norep", "pbft", "pbft_nobatch", "pbft_nofsync")
+REPLICA_ARGS = {"pbft": [], "pbft_nobatch": ["--no-batching"], "pbft_nofsync": ["--no-fsync"]}
+
+
+def plan() -> dict:
+    if common.quick_mode():
+        return {"sequential_requests": 200, "clients": [1, 8, 32], "duration_s": 2.0, "warmup_s": 0.5}
+    return {"sequential_requests": 2000, "clients": [1, 2, 4, 8, 16, 32], "duration_s": 5.0, "warmup_s": 1.0}
+
+
+def measure_system(cluster: LocalCluster, system: str, p: dict, norep_args: list[str]) -> dict:
+    """Starts `system` fresh, runs the sequential and closed-loop measurements, stops it."""
+    cluster.fresh_data(system)
+    norep = system == "norep"
+    if norep:
+        cluster.start_norep(norep_args)
+    else:
+        cluster.start_replicas(REPLICA_ARGS[system])
+    try:
+        # One short run first so the measured runs do not include the servers' first-connection setup.
+        cluster.counter(["--requests", 20, "--warmup", 0], norep=norep, timeout_s=60)
+        n = p["sequential_requests"]
+        progress(f"{system}: sequential, {n} increments")
+        seq = cluster.counter(["--requests", n, "--warmup", 10, "--timeout-s", 20], norep=norep,
+                              timeout_s=120 + n * 0.05)
+        progress(f"{system}: sequential {seq['total_ms']:.1f} ms, p50 {seq['p50_us']:.1f} us, "
+                 f"p99 {seq['p99_us']:.1f} us")
+        throughput: dict[str, float] = {}
+        detail: dict[str, dict] = {}
+        for k in p["clients"]:
+            r = cluster.counter(["--clients", k, "--duration-s", p["duration_s"], "--warmup-s", p["warmup_s"],
+                                 "--timeout-s", 20], clients=k, norep=norep,
+                                timeout_s=60 + p["duration_s"] + p["warmup_s"])
+            throughput[str(k)] = round(r["ops_per_s"], 1)
+            detail[str(k)] = {key: r[key] for key in ("ops", "duration_s", "p50_us", "p99_us", "mean_us",
+                                                      "retransmissions", "resyncs") if key in r}
+            progress(f"{system}: {k:2d} clients: {r['ops_per_s']:9.0f} ops/s (p50 {r['p50_us']:.0f} us, "
+                     f"retransmissions {r.get('retransmissions', 0)})")
+        wal = wal_stats(cluster) if not norep else None
+        return {
+            "seq2000_ms": round(seq["total_ms"], 3),
+            "sequential_requests": n,
+            "latency_us_p50": round(seq["p50_us"], 2),
+            "latency_us_p99": round(seq["p99_us"], 2),
+            "latency_us_mean": round(seq["mean_us"], 2),
+            "sequential_retransmissions": seq.get("retransmissions"),
+            "peak_ops_per_s": max(throughput.values()),
+            "throughput": throughput,
+            "closed_loop": detail,
+            "replica_log": wal,
+        }
+    finally:
+        if norep:
+            cluster.stop_norep()
+        else:
+            cluster.stop_replicas()
+
+
+def wal_stats(cluster: LocalCluster) -> dict:
+    """The replicas' write-ahead-log sync statistics over the whole run (status.json "log" object; refreshed
+    about every 500 ms, so the last few hundred ms may be missing): what each fdatasync cost on this disk."""
+    syncs, avg, mx = [], [], []
+    for i in range(cluster.n):
+        log = (cluster.status(i) or {}).get("log", {})
+        syncs.append(log.get("wal_syncs"))
+        avg.append(log.get("wal_sync_us_avg"))
+        mx.append(log.get("wal_sync_us_max"))
+    return {"wal_syncs": syncs, "wal_sync_us_avg": avg, "wal_sync_us_max": mx}
+
+
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b and not math.isnan(a) and not math.isnan(b) else None
+
+
+def ratios(results: dict) -> dict:
+    out = {}
+    for system in ("pbft", "pbft_nobatch", "pbft_nofsync"):
+        s, n = results[system], results["norep"]
+        out[f"{system}_over_norep_latency_p50"] = ratio(s["latency_us_p50"], n["latency_us_p50"])
+        out[f"{system}_over_norep_latency_p99"] = ratio(s["latency_us_p99"], n["latency_us_p99"])
+        out[f"{system}_over_norep_seq_time"] = ratio(s["seq2000_ms"], n["seq2000_ms"])
+        out[f"{system}_over_norep_peak_throughput"] = ratio(s["peak_ops_per_s"], n["peak_ops_per_s"])
+    return out
+
+
+def plot(results: dict, out_dir: Path) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {"norep": "NO-REP", "pbft": "PBFT (batching)", "pbft_nobatch": "PBFT (no batching)",
+              "pbft_nofsync": "PBFT, no fsync (not durable)"}
+    styles = {"pbft_nofsync": "--"}
+    written = []
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for system in SYSTEMS:
+        t = results[system]["throughput"]
+        ks = sorted(t, key=int)
+        ax.plot([int(k) for k in ks], [t[k] for k in ks], styles.get(system, "-"), marker="o", label=labels[system])
+    ks_all = sorted({int(k) for system in SYSTEMS for k in results[system]["throughput"]})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks_all, [str(k) for k in ks_all])
+    ax.set_yscale("log")  # NO-REP and PBFT differ by more than an order of magnitude
+    ax.set_xlabel("closed-loop clients")
+    ax.set_ylabel("increments per second (log)")
+    ax.set_title("Counter throughput (4 replicas, f=1, loopback)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = out_dir / "counter-throughput.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    xs = range(len(SYSTEMS))
+    ax1.bar([x - 0.2 for x in xs], [results[s]["latency_us_p50"] for s in SYSTEMS], width=0.4, label="p50")
+    ax1.bar([x + 0.2 for x in xs], [results[s]["latency_us_p99"] for s in SYSTEMS], width=0.4, label="p99")
+    ax1.set_xticks(list(xs), [labels[s].replace(" (", "\n(").replace(", ", ",\n") for s in SYSTEMS], fontsize=8)
+    ax1.set_yscale("log")
+    ax1.set_ylabel("latency (us)")
+    n = results["pbft"]["sequential_requests"]
+    ax1.set_title(f"One client, {n} sequential increments")
+    ax1.legend()
+    ax1.grid(True, axis="y", alpha=0.3)
+    for system in SYSTEMS:
+        d = results[system]["closed_loop"]
+        ks = sorted(d, key=int)
+        ax2.plot([int(k) for k in ks], [d[k]["p50_us"] for k in ks], styles.get(system, "-"), marker="o",
+                 label=labels[system])
+    ax2.set_xscale("log", base=2)
+    ax2.set_xticks(ks_all, [str(k) for k in ks_all])
+    ax2.set_yscale("log")
+    ax2.set_xlabel("closed-loop clients")
+    ax2.set_ylabel("p50 latency (us)")
+    ax2.set_title("Closed-loop latency")
+    ax2.grid(True, alpha=0.3)
+    ax2.legend()
+    fig.tight_layout()
+    path = out_dir / "counter-latency.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def main() -> int:
+    common.exit_cleanly_on_sigterm()
+    bftfs = common.bftfs_binary()
+    p = plan()
+    load_start = common.load_average()
+    norep_args = ["--durable"] if os.environ.get("BENCH_NOREP_DURABLE") == "1" else []
+    progress(f"bench_counter: {'QUICK ' if common.quick_mode() else ''}plan {p}; load average {load_start}")
+    results: dict = {}
+    started = time.monotonic()
+    max_clients = max(p["clients"])
+    # Enough client identities that no measured run reuses one (see LocalCluster.take_clients).
+    pool = 2 + sum(p["clients"]) + 2
+    with LocalCluster(bftfs, f=1, clients=pool * len(SYSTEMS) + max_clients,
+                      keep=common.keep_scratch()) as cluster:
+        for system in SYSTEMS:
+            results[system] = measure_system(cluster, system, p, norep_args)
+    results["ratios"] = ratios(results)
+    results["meta"] = common.run_metadata(
+        loadavg_1_5_15_start=load_start,
+        wall_time_s=round(time.monotonic() - started, 1),
+        sequential_requests=p["sequential_requests"],
+        sequential_warmup_excluded_from_percentiles=10,
+        closed_loop_clients=p["clients"],
+        closed_loop_duration_s=p["duration_s"],
+        closed_loop_warmup_s=p["warmup_s"],
+        replicas=4,
+        f=1,
+        transport="TCP on 127.0.0.1",
+        replicas_fsync="yes (fdatasync of the write-ahead log) for pbft and pbft_nobatch; no for pbft_nofsync",
+        norep_durable=bool(norep_args),
+        note=("seq2000_ms is the total time of the sequential run whatever its length "
+              "(meta.sequential_requests); throughput keys are closed-loop client counts"),
+    )
+    out_dir = common.RESULTS_DIR
+    common.write_json(out_dir / "counter.json", results)
+    written = plot(results, out_dir)
+    progress(f"wrote {out_dir / 'counter.json'} and {', '.join(str(w) for w in written)}")
+    r = results["ratios"]
+    print(f"norep: seq {results['norep']['seq2000_ms']} ms, peak {results['norep']['peak_ops_per_s']} ops/s; "
+          f"pbft: seq {results['pbft']['seq2000_ms']} ms, peak {results['pbft']['peak_ops_per_s']} ops/s; "
+          f"pbft/norep latency p50 x{r['pbft_over_norep_latency_p50']}, "
+          f"throughput x{r['pbft_over_norep_peak_throughput']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+// The PBFT client (Castro & Liskov, TOCS 2002, §2.1 and §5.1). See client.h for the acceptance rules.
+//
+// Why each rule is safe, in short:
+//   - f+1 matching committed replies: at least one comes from a correct replica, and a correct replica replies
+//     "committed" only after the request committed (§2.4), so the result is the one the system agreed on.
+//   - 2f+1 matching tentative replies (§5.1.2): a quorum executed the request tentatively in the same order, so
+//     the request commits with that result even across a view change (any view-change quorum intersects it in
+//     a correct replica that prepared it).
+//   - 2f+1 matching read-only replies (§5.1.3): a quorum returned the same value, so it is a value of some state
+//     of a correct replica, which is what the optimization promises; otherwise retry through ordering.
+//   - Reply digests (§5.1.1): the certificate fixes the digest; the bytes can then come from anyone, since a
+//     Byzantine replica cannot produce other bytes with that digest.
+#include "protocol/client.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <utility>
+
+#include "common/assert.h"
+#include "common/prng.h"
+
+namespace bftfs {
+
+struct Client::Impl {
+  // One submitted operation, queued or in flight, under its current wire request id.
+  struct Pending {
+    std::uint64_t caller_id = 0;  // what submit() returned; stays the same across a read-only fallback
+    Request request;              // replier is set on each send
+    bool read_only = false;       // current mode (false after a fallback)
+    bool sent = false;
+    std::uint32_t timeout_ticks = 0;
+    std::uint64_t deadline = 0;
+    // The latest reply of each replica, without its result bytes; speculative replies are not recorded here
+    // (they do not vote; PBFT-CS only speculates on them).
+    std::map<NodeId, Reply> replies;
+    // The latest full result each replica sent. One per replica bounds what a Byzantine replica can make us
+    // hold; the bytes are used only when their digest is the certificate's.
+    std::map<NodeId, Bytes> results;
+  };
+
+  Impl(const ClientOptions& o, NodeId self_, const Crypto& crypto_, std::uint64_t seed)
+      : opt(o), self(self_), crypto(crypto_), prng(seed), next_id(o.first_request_id) {}
+
+  const ClientOptions opt;
+  const NodeId self;
+  const Crypto& crypto;
+  Prng prng;
+
+  std::uint64_t now = 0;
+  std::uint64_t next_id;
+  std::uint64_t view = 0;
+  NodeId read_only_replier = 0;  // rotates so that no one replica serves every full read-only result
+
+  std::map<std::uint64_t, Pending> requests;  // by wire request id: queued and in flight
+  std::deque<std::uint64_t> queue;            // wire ids not yet sent, increasing
+  std::size_t sent_count = 0;
+
+  Effects effects;
+  std::vector<Completion> completions;
+  ClientStats stats;
+
+  NodeId primary() const { return static_cast<NodeId>(view % opt.n); }
+
+  std::uint64_t deadline_after(std::uint32_t ticks) {
+    // ±1/8 jitter: clients that lost replies at the same moment do not retransmit in lockstep.
+    const std::uint64_t spread = ticks / 8;
+    return now + prng.range(ticks - spread, ticks + spread);
+  }
+
+  void authenticate(Request& r) const {
+    // §3.2: one MAC per replica over the request digest, so every replica can check it independently and a
+    // backup can tell whether the primary relayed a request the client really sent.
+    const Digest d = r.digest();
+    r.authenticator.clear();
+    r.authenticator.reserve(opt.n);
+    for (NodeId i = 0; i < opt.n; ++i) r.authenticator.push_back(crypto.mac(i, d.bytes));
+  }
+
+  void send_first(Pending& p) {
+    BFT_ASSERT(!p.sent);
+    p.sent = true;
+    ++sent_count;
+    if (p.request.authenticator.empty()) authenticate(p.request);
+    p.timeout_ticks = opt.retransmit_ticks;
+    p.deadline = deadline_after(p.timeout_ticks);
+    if (p.read_only) {
+      // §5.1.3: read-only requests go straight to every replica; one of them returns the full result.
+      if (opt.use_reply_digests) {
+        p.request.replier = read_only_replier;
+        read_only_replier = (read_only_replier + 1) % opt.n;
+      } else {
+        p.request.replier = kReplierAll;
+      }
+      effects.sends.push_back(Send{kAllReplicas, Message{p.request}});
+    } else {
+      // §2.1: first to the primary only; it relays the request inside its pre-prepare.
+      p.request.replier = opt.use_reply_digests ? primary() : kReplierAll;
+      effects.sends.push_back(Send{primary(), Message{p.request}});
+    }
+  }
+
+  void pump() {
+    while (sent_count < opt.window && !queue.empty()) {
+      const std::uint64_t id = queue.front();
+      queue.pop_front();
+      auto it = requests.find(id);
+      BFT_ASSERT(it != requests.end());
+      send_first(it->second);
+    }
+  }
+
+  std::uint64_t submit(Bytes op, bool read_only) {
+    BFT_ASSERT(op.size() <= kOpBytesMax);
+    const std::uint64_t id = next_id++;
+    Pending p;
+    p.caller_id = id;
+    p.read_only = read_only;
+    p.request.client = self;
+    p.request.request_id = id;
+    p.request.flags = read_only ? kRequestReadOnly : 0;
+    p.request.op = std::move(op);
+    requests.emplace(id, std::move(p));
+    queue.push_back(id);
+    ++stats.submitted;
+    pump();
+    return id;
+  }
+
+  // §2.1: on a timeout the client broadcasts to every replica; backups relay it to the primary and start
+  // their view-change timers, so a faulty primary cannot stall the request. Every replica is asked for the
+  // full result, in case the designated replier is the one that is silent (§5.1.1).
+  void retransmit(Pending& p) {
+    p.request.replier = kReplierAll;
+    effects.sends.push_back(Send{kAllReplicas, Message{p.request}});
+    ++stats.retransmissions;
+    p.timeout_ticks = std::min(opt.retransmit_ticks_max, p.timeout_ticks * 2);
+    p.deadline = deadline_after(p.timeout_ticks);
+  }
+
+  // §5.1.3: a read-only request without a 2f+1 certificate is re-issued as an ordered request. It needs a new
+  // id (the digest covers id and flags, and replicas may already hold replies for the old one) and goes to the
+  // back of the queue, so that requests still leave in increasing id order: replicas execute a client's
+  // ordered requests in id order and would drop a smaller id sent after a larger one.
+  void fall_back(std::uint64_t id) {
+    auto it = requests.find(id);
+    BFT_ASSERT(it != requests.end());
+    BFT_ASSERT(it->second.read_only);
+    BFT_ASSERT(it->second.sent);
+    Pending p = std::move(it->second);
+    requests.erase(it);
+    --sent_count;
+    ++stats.read_only_fallbacks;
+    const std::uint64_t new_id = next_id++;
+    p.read_only = false;
+    p.sent = false;
+    p.request.request_id = new_id;
+    p.request.flags = 0;
+    p.request.authenticator.clear();
+    p.replies.clear();
+    p.results.clear();
+    requests.emplace(new_id, std::move(p));
+    BFT_ASSERT(queue.empty() || queue.back() < new_id);
+    queue.push_back(new_id);
+    pump();
+  }
+
+  void complete(std::uint64_t id, std::uint64_t cert_view, Bytes result) {
+    auto it = requests.find(id);
+    BFT_ASSERT(it != requests.end());
+    const Pending& p = it->second;
+    completions.push_back(Completion{p.caller_id, std::move(result), cert_view, p.read_only});
+    // At least one correct replica vouches for cert_view (see check()), so the system has reached it: send
+    // the next requests to its primary.
+    view = std::max(view, cert_view);
+    requests.erase(it);
+    --sent_count;
+    ++stats.completed;
+    pump();
+  }
+
+  void on_tick() {
+    ++now;
+    std::vector<std::uint64_t> expired;
+    for (const auto& [id, p] : requests) {
+      if (p.sent && p.deadline <= now) expired.push_back(id);
+    }
+    for (std::uint64_t id : expired) {
+      Pending& p = requests.at(id);
+      if (p.read_only) {
+        fall_back(id);
+      } else {
+        retransmit(p);
+      }
+    }
+  }
+
+  void on_reply(NodeId from, const Reply& r) {
+    // The wire layer authenticated `from` and checked these, but the client does not rely on another module
+    // for its own safety: each is re-checked and counted.
+    if (from >= opt.n || r.client != self || (r.flags & ~kReplyFlagsKnown) != 0) {
+      ++stats.replies_rejected;
+      return;
+    }
+    const bool has_result = (r.flags & kReplyHasResult) != 0;
+    if (has_result ? digest_of(r.result) != r.result_digest : !r.result.empty()) {
+      ++stats.replies_rejected;
+      return;
+    }
+    auto it = requests.find(r.request_id);
+    if (it == requests.end()) {
+      // Late replies to completed (or fallen-back) requests are normal: f replicas are slower than the
+      // certificate. An id this client never issued is not.
+      if (r.request_id >= next_id || r.request_id < opt.first_request_id) ++stats.replies_rejected;
+      return;
+    }
+    Pending& p = it->second;
+    const bool ro_reply = (r.flags & kReplyReadOnly) != 0;
+    if (!p.sent || ro_reply != p.read_only) {
+      ++stats.replies_rejected;
+      return;
+    }
+    if (has_result) p.results.insert_or_assign(from, r.result);
+    if ((r.flags & kReplySpeculative) == 0) record(p, from, r);
+    check(r.request_id);
+  }
+
+  // Keeps the latest vote of each replica. A committed reply supersedes a tentative one (§5.1.2: a replica
+  // sends both); a reply from an older view, or a tentative one after a committed one of the same view
+  // (reordered by the network), does not replace what we have.
+  static void record(Pending& p, NodeId from, const Reply& r) {
+    auto it = p.replies.find(from);
+    if (it != p.replies.end()) {
+      const Reply& old = it->second;
+      if (r.view < old.view) return;
+      const bool old_committed = (old.flags & kReplyTentative) == 0;
+      const bool new_tentative = (r.flags & kReplyTentative) != 0;
+      if (r.view == old.view && old_committed && new_tentative) return;
+    }
+    Reply vote = r;
+    vote.result.clear();
+    p.replies.insert_or_assign(from, std::move(vote));
+  }
+
+  void check(std::uint64_t id) {
+    Pending& p = requests.at(id);
+    const std::uint32_t quorum = 2 * opt.f + 1;
+    if (p.read_only) {
+      // Group by result digest only: replicas answer read-only requests outside the protocol, possibly in
+      // different views during a view change, and the value is what must match.
+      std::map<Digest, std::vector<std::uint64_t>> groups;  // digest -> views of the replies
+      for (const auto& [from, r] : p.replies) groups[r.result_digest].push_back(r.view);
+      std::size_t largest = 0;
+      for (auto& [digest, views] : groups) {
+        largest = std::max(largest, views.size());
+        if (views.size() < quorum) continue;
+        // The (f+1)-th highest view among them is held by at least one correct replica.
+        std::sort(views.begin(), views.end(), std::greater<>());
+        if (try_complete(id, digest, views[opt.f])) return;
+      }
+      // No digest can reach 2f+1 any more: retry through ordering now rather than at the timeout.
+      const std::size_t silent = opt.n - p.replies.size();
+      if (largest + silent < quorum) fall_back(id);
+      return;
+    }
+    struct Tally {
+      std::uint32_t committed = 0;
+      std::uint32_t total = 0;
+    };
+    std::map<std::pair<std::uint64_t, Digest>, Tally> tallies;  // (view, digest)
+    for (const auto& [from, r] : p.replies) {
+      Tally& t = tallies[{r.view, r.result_digest}];
+      ++t.total;
+      if ((r.flags & kReplyTentative) == 0) ++t.committed;
+    }
+    for (const auto& [key, t] : tallies) {
+      if (t.committed >= opt.f + 1 || t.total >= quorum) {
+        if (try_complete(id, key.second, key.first)) return;
+      }
+    }
+  }
+
+  // Completes `id` with the certificate's digest if some replica sent the matching full result; otherwise the
+  // request waits (the retransmission asks every replica for the full result).
+  bool try_complete(std::uint64_t id, const Digest& digest, std::uint64_t cert_view) {
+    Pending& p = requests.at(id);
+    for (auto& [from, bytes] : p.results) {
+      if (digest_of(bytes) == digest) {
+        complete(id, cert_view, std::move(bytes));
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+Client::Client(const ClientOptions& options, NodeId self, const Crypto& crypto, std::uint64_t prng_seed)
+    : impl_(std::make_unique<Impl>(options, self, crypto, prng_seed)) {
+  BFT_ASSERT(options.n >= 3 * options.f + 1);
+  BFT_ASSERT(options.n <= kReplicasMax);
+  BFT_ASSERT(self >= options.n);  // clients are numbered after the replicas
+  BFT_ASSERT(options.window >= 1);
+  BFT_ASSERT(options.retransmit_ticks >= 1);
+  BFT_ASSERT(options.retransmit_ticks <= options.retransmit_ticks_max);
+}
+
+Client::~Client() = default;
+
+std::uint64_t Client::submit(Bytes op, bool read_only) { return impl_->submit(std::move(op), read_only); }
+
+void Client::on_message(NodeId from, const Message& message) {
+  if (const auto* reply = std::get_if<Reply>(&message)) {
+    impl_->on_reply(from, *reply);
+  } else {
+    ++impl_->stats.replies_rejected;  // replicas send clients nothing but replies
+  }
+}
+
+void Client::on_tick() { impl_->on_tick(); }
+
+Effects Client::take_effects() { return std::exchange(impl_->effects, {}); }
+
+std::vector<Completion> Client::take_completions() { return std::exchange(impl_->completions, {}); }
+
+std::size_t Client::in_flight() const { return impl_->requests.size(); }
+std::uint64_t Client::view() const { return impl_->view; }
+const ClientStats& Client::stats() const { return impl_->stats; }
+
+}  // namespace bftfs

@@ -1,0 +1,2196 @@
+// The PBFT replica core (Castro & Liskov, "Practical Byzantine Fault Tolerance and Proactive Recovery", TOCS
+// 2002; cited as TOCS §x). See protocol/replica.h for the contract. The replica is a pure state machine: every
+// public call runs one handler, then `after_step()` drives whatever the new state allows (execution,
+// checkpoints, batching, read-only requests, state transfer), then the invariants are checked and the effects
+// are handed to the driver (through the Byzantine-behaviour filter when the simulator set one).
+//
+// Conventions used throughout:
+// - "durable before sent" (effects.h): a handler pushes the record that backs a message before (or in the same
+//   Effects as) the message; the driver writes every record of an Effects before sending any of its messages.
+// - Network input never asserts: every rejection increments one ReplicaStats counter. BFT_ASSERT is only for
+//   our own invariants.
+// - The log is a ring of L slots indexed by seq % L holding seqs in (h, h+L] (the watermarks, TOCS §2.5).
+#include "protocol/replica.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "common/assert.h"
+#include "common/log.h"
+#include "common/prng.h"
+#include "protocol/replica_client_table.h"
+#include "protocol/replica_view_change.h"
+#include "protocol/state_transfer.h"
+
+namespace bftfs {
+
+namespace {
+
+// Bounds on what peers can make us hold (house style: limits on everything).
+constexpr std::size_t kFutureMessagesMax = 1024;            // messages for a view not yet entered
+constexpr std::size_t kFutureBytesMax = 64u << 20;          // their approximate size
+constexpr std::size_t kReadOnlyQueueMax = 4096;             // read-only requests waiting for a clean state
+constexpr std::size_t kForwardedMax = 4096;                 // request digests already forwarded to the primary
+constexpr std::uint64_t kStatusResendSeqsMax = 128;         // seqs retransmitted in answer to one STATUS
+constexpr std::size_t kQueuedRequestsMax = 1u << 16;        // requests known but not yet ordered, all clients
+
+int popcount(std::uint64_t v) { return std::popcount(v); }
+std::uint64_t bit_of(NodeId r) { return std::uint64_t{1} << r; }
+
+// Approximate in-memory size of a message, for the future-message buffer bound.
+std::size_t approx_bytes(const Message& m) {
+  if (const auto* pp = std::get_if<PrePrepare>(&m)) {
+    std::size_t s = 64;
+    for (const Request& r : pp->batch.requests) s += 64 + r.op.size() + r.authenticator.size() * kMacBytes;
+    return s;
+  }
+  return 128;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// State of one sequence number in the log.
+// ---------------------------------------------------------------------------------------------------------------
+namespace {
+
+struct VoteSet {
+  Digest digest;
+  std::uint64_t prepares = 0;  // bit r: replica r sent PREPARE(view, seq, digest)
+  std::uint64_t commits = 0;   // bit r: replica r sent COMMIT(view, seq, digest)
+};
+
+struct OldCommits {
+  std::uint64_t view = 0;
+  Digest digest;
+  std::uint64_t senders = 0;
+};
+
+struct Entry {
+  std::uint64_t seq = 0;   // 0: the slot is unused
+  std::uint64_t view = 0;  // the view of the ordering state below (votes, pre_prepared, prepared)
+
+  // The digest this replica orders at `seq`: from an accepted PRE-PREPARE, a NEW-VIEW choice, or a certificate
+  // of 2f+1 COMMITs. `batch` is its body (null while it is fetched).
+  bool has_digest = false;
+  Digest digest;
+  std::shared_ptr<const Batch> batch;
+  // The body of an earlier pre-prepared digest at this seq (a second Q entry), kept so that a new primary that
+  // chooses it can fetch it from us.
+  std::shared_ptr<const Batch> alt_batch;
+
+  bool pre_prepared = false;  // PrePrepareRecord persisted for (view, seq, digest) with the body
+  bool sent_prepare = false;  // this replica sent PREPARE(view, seq, digest)
+  bool prepared = false;      // prepared(view, seq, digest): PreparedRecord persisted, COMMIT sent
+  bool sent_commit = false;
+  bool committed = false;     // committed-local (sticky across views: a committed batch never changes)
+
+  std::uint64_t prepare_senders = 0;  // replicas that sent any PREPARE in `view` (one vote each)
+  std::uint64_t commit_senders = 0;
+  std::vector<VoteSet> votes;  // at most one set per digest, at most n sets
+
+  bool fetching = false;  // FETCH-BATCH outstanding for `digest`
+  std::uint32_t fetch_ticks_left = 0;
+
+  // COMMITs of views before ours received while we change views alone (see on_old_commit): one per sender.
+  std::uint64_t old_commit_senders = 0;
+  std::vector<OldCommits> old_commits;  // at most n
+
+  // View-change information (TOCS §4.5), kept across views until the seq leaves the window.
+  std::optional<PreparedClaim> p;       // latest prepared (seq, digest, view)
+  std::array<PreparedClaim, 2> q{};     // pre-prepared (seq, digest, view), highest views, distinct digests
+  std::uint8_t q_count = 0;
+};
+
+struct QueuedRequest {
+  Request request;
+  Digest digest;
+};
+
+struct OwnCheckpoint {
+  Digest digest;
+  Bytes client_table;     // serialized client table at seq
+  bool retained = false;  // the service still holds this checkpoint (can serve it / use its tree)
+};
+
+struct PendingNewView {
+  NewView nv;                 // unsigned yet
+  NewViewDecision decision;
+  std::map<std::uint64_t, Digest> missing;  // chosen bodies this primary must fetch before sending NEW-VIEW
+  std::map<std::uint64_t, std::shared_ptr<const Batch>> bodies;
+  std::uint32_t fetch_ticks_left = 0;
+};
+
+struct DeferredChoice {  // a NEW-VIEW choice above this replica's window, applied when the window moves
+  Digest digest;
+  std::shared_ptr<const Batch> body;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+struct Replica::Impl {
+  Impl(const ReplicaOptions& options, NodeId self_id, Service& svc, const Crypto& crypto_ctx,
+       std::uint64_t prng_seed);
+
+  // ---- configuration ----
+  const ReplicaOptions opt;
+  const NodeId self;
+  Service& service;
+  const Crypto& crypto;
+  const std::uint32_t quorum;  // 2f+1
+  const std::uint32_t weak;    // f+1
+  Prng prng;
+  StateFetcher fetcher;
+
+  // ---- view (TOCS §2.2) ----
+  std::uint64_t view = 0;
+  bool in_view_change = false;
+
+  // ---- sequence state ----
+  std::uint64_t h = 0;  // stable checkpoint: low watermark
+  Digest stable_digest;
+  std::uint64_t last_executed = 0;
+  std::uint64_t last_committed = 0;
+  std::uint64_t last_executed_timestamp_ns = 0;  // timestamp of the last executed non-null batch (0: unknown)
+  std::vector<Entry> ring;                        // L slots
+  std::uint64_t max_ordered_seq = 0;  // highest seq given a digest in the current view (timer, status)
+  std::set<std::uint64_t> fetching_seqs;
+
+  // ---- primary (TOCS §2.3, batching §5.1.4) ----
+  std::uint64_t next_seq = 1;
+  std::uint64_t last_timestamp_ns = 0;
+  std::uint64_t wall_clock_ns = 0;
+
+  // ---- requests ----
+  ClientTable clients;
+  std::map<NodeId, std::map<std::uint64_t, QueuedRequest>> queue;  // known, fresh, not ordered by us
+  std::size_t queued_count = 0;
+  std::deque<NodeId> tickets;  // primary: one per queued request, in arrival order
+  std::set<std::pair<NodeId, std::uint64_t>> pending;  // primary: ordered, not yet executed
+  std::set<Digest> forwarded;                           // backup: forwarded to the primary in this view
+  std::deque<Request> read_only_queue;
+
+  // ---- checkpoints (TOCS §2.5) ----
+  std::map<std::uint64_t, OwnCheckpoint> own_checkpoints;  // seq >= h; always holds h
+  std::vector<std::map<std::uint64_t, Digest>> claims;     // [replica]: CHECKPOINT claims above h
+
+  // ---- view change (TOCS §4.5) ----
+  std::vector<std::optional<ViewChange>> view_changes;  // [replica]: the valid one for its highest view
+  std::optional<NewView> last_new_view;                 // the NEW-VIEW of the current view (retransmission)
+  std::optional<PendingNewView> pending_new_view;       // new primary waiting for bodies
+  std::map<std::uint64_t, DeferredChoice> deferred;     // NEW-VIEW choices above our window
+  std::uint64_t vc_timer_ticks_left = 0;                // 0: not running
+  std::uint32_t vc_backoff = 0;                         // view changes since the last progress
+
+  std::deque<std::pair<NodeId, Message>> future;  // messages for a view not yet entered
+  std::size_t future_bytes = 0;
+
+  // ---- retransmission and state transfer (TOCS §5.3) ----
+  std::uint64_t ticks = 0;
+  std::uint64_t status_ticks_left = 0;
+  std::vector<std::optional<Status>> peer_status;
+  std::uint64_t executed_at_last_status = 0;
+  // After a restart the service's durable checkpoint may be newer than any client table we recorded (a crash
+  // between Service::checkpoint and the CheckpointRecord reaching the disk); then the replica cannot execute
+  // until state transfer replaces both.
+  bool service_diverged = false;
+  std::uint64_t diverged_service_seq = 0;
+  std::uint64_t fetch_bytes_at_start = 0;
+
+  // ---- output ----
+  Effects out;
+  Effects scratch;
+  Effects* cur = &out;
+  EffectsFilter filter;
+  bool replaying = false;  // recovery re-execution: no replies
+  ReplicaStats stats;
+  std::vector<ExecutedBatch> history;
+
+  // ---- helpers ----
+  NodeId primary_of(std::uint64_t v) const { return static_cast<NodeId>(v % opt.n); }
+  bool is_primary() const { return !in_view_change && primary_of(view) == self; }
+  std::string ctx() const {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "r%u v%llu s%llu", self, static_cast<unsigned long long>(view),
+                  static_cast<unsigned long long>(last_executed));
+    return buf;
+  }
+  void persist(PersistRecord r) { cur->persist.push_back(std::move(r)); }
+  void send(NodeId to, Message m) { cur->sends.push_back(Send{to, std::move(m)}); }
+  void broadcast(Message m) { cur->sends.push_back(Send{kAllReplicas, std::move(m)}); }
+
+  bool in_window(std::uint64_t s) const { return s > h && s <= h + opt.log_window; }
+  Entry* find(std::uint64_t s) {
+    if (!in_window(s)) return nullptr;
+    Entry& e = ring[s % opt.log_window];
+    return e.seq == s ? &e : nullptr;
+  }
+  const Entry* find(std::uint64_t s) const { return const_cast<Impl*>(this)->find(s); }
+  Entry& get_or_create(std::uint64_t s);
+  void reset_view_state(Entry& e, std::uint64_t v, bool keep_digest);
+  VoteSet& votes_for(Entry& e, const Digest& d);
+  const VoteSet* find_votes(const Entry& e, const Digest& d) const;
+  void add_q(Entry& e, std::uint64_t v, const Digest& d);
+
+  // ---- call framing ----
+  void begin_call();
+  void end_call();
+  void after_step();
+
+  // ---- handlers ----
+  void dispatch(NodeId from, const Message& m);
+  void on_request(NodeId from, const Request& r);
+  void on_pre_prepare(NodeId from, const PrePrepare& pp, const Message& m);
+  void on_prepare(NodeId from, const Prepare& p, const Message& m);
+  void on_commit(NodeId from, const Commit& c, const Message& m);
+  void on_old_commit(NodeId from, const Commit& c);
+  void learn_committed(Entry& e, std::uint64_t v, const Digest& d);
+  void on_checkpoint(NodeId from, const Checkpoint& c);
+  void on_view_change(NodeId from, const ViewChange& vc);
+  void on_new_view(NodeId from, const NewView& nv);
+  void on_status(NodeId from, const Status& st);
+  void on_fetch_batch(NodeId from, const FetchBatch& fb);
+  void on_batch_data(NodeId from, const BatchData& bd);
+  void on_fetch_state(NodeId from, const FetchState& fs);
+  void on_tick();
+  void on_view_change_timeout();
+  void on_status_timeout();
+
+  // ---- normal case ----
+  bool accept_view(NodeId from, std::uint64_t msg_view, const Message& m);
+  void buffer_future(NodeId from, const Message& m);
+  void replay_future();
+  bool validate_request(const Request& r, bool count_rejection);
+  void enqueue(const Request& r, const Digest& d);
+  void forget_request(NodeId client, std::uint64_t request_id);
+  void send_cached_reply(NodeId client, std::uint64_t request_id);
+  void maybe_send_pre_prepares();
+  void send_pre_prepare(Batch&& b);
+  void attach_body(Entry& e, std::shared_ptr<const Batch> body);
+  void start_fetch(Entry& e);
+  bool record_vote(Entry& e, NodeId from, const Digest& d, bool commit);
+  void check_prepared(Entry& e);
+  void check_committed(Entry& e);
+
+  // ---- execution and checkpoints ----
+  void run_execution();
+  void execute_batch(Entry& e, bool tentative);
+  void commit_next();
+  void on_commit_progress();
+  void rollback_to(std::uint64_t s);
+  void take_checkpoint(std::uint64_t s);
+  void add_claim(NodeId r, std::uint64_t s, const Digest& d);
+  void check_stable(std::uint64_t s);
+  void make_stable(std::uint64_t s, const Digest& d);
+  void advance_window();
+  void apply_deferred();
+  void process_read_only();
+
+  // ---- state transfer ----
+  void check_state_transfer(bool stalled);
+  void start_state_fetch(std::uint64_t s, const Digest& d);
+  void poll_fetcher();
+  void install_fetched_state(FetchedState&& fs);
+
+  // ---- view change ----
+  std::uint64_t view_change_timeout_ticks();
+  void update_timer();
+  void start_view_change(std::uint64_t new_view);
+  ViewChange build_view_change() const;
+  std::size_t view_changes_for(std::uint64_t v) const;
+  void try_new_view();
+  void finish_new_view();
+  bool find_body(std::uint64_t s, const Digest& d, std::shared_ptr<const Batch>& out);
+  void install_new_view(const NewView& nv, const NewViewDecision& decision,
+                        const std::map<std::uint64_t, std::shared_ptr<const Batch>>& bodies);
+
+  // ---- recovery ----
+  void recover(const std::vector<PersistRecord>& log);
+
+  void check_invariants_fast() const;
+  void check_invariants() const;
+  static constexpr std::uint32_t kFullCheckEvery = 64;
+  std::uint32_t calls_since_full_check = 0;
+};
+
+Replica::Impl::Impl(const ReplicaOptions& options, NodeId self_id, Service& svc, const Crypto& crypto_ctx,
+                    std::uint64_t prng_seed)
+    : opt(options),
+      self(self_id),
+      service(svc),
+      crypto(crypto_ctx),
+      quorum(2 * options.f + 1),
+      weak(options.f + 1),
+      prng(prng_seed),
+      fetcher(options.n, self_id, options.fetch_retry_ticks, prng),
+      clients(options.client_window) {
+  BFT_ASSERT(opt.n == 3 * opt.f + 1);
+  BFT_ASSERT(opt.n <= kReplicasMax);
+  BFT_ASSERT(self < opt.n);
+  BFT_ASSERT(crypto.self() == self);
+  BFT_ASSERT(opt.checkpoint_interval > 0);
+  BFT_ASSERT(opt.log_window >= opt.checkpoint_interval);
+  BFT_ASSERT(opt.log_window % opt.checkpoint_interval == 0);
+  // Q holds at most two entries per seq and a view change carries at most kViewChangeEntriesMax of them.
+  BFT_ASSERT(2 * opt.log_window <= kViewChangeEntriesMax);
+  BFT_ASSERT(opt.batch_requests_max >= 1);
+  BFT_ASSERT(opt.batch_requests_max <= kBatchRequestsMax);
+  BFT_ASSERT(opt.client_window >= 1 && opt.client_window <= 64);
+  BFT_ASSERT(opt.view_change_timeout_ticks >= 1);
+  BFT_ASSERT(opt.view_change_timeout_ticks_max >= opt.view_change_timeout_ticks);
+  BFT_ASSERT(opt.status_interval_ticks >= 1);
+  ring.resize(opt.log_window);
+  claims.resize(opt.n);
+  view_changes.resize(opt.n);
+  peer_status.resize(opt.n);
+  status_ticks_left = opt.status_interval_ticks;
+  // The initial state is checkpoint 0 on every correct replica: the service's initial root and an empty client
+  // table. It is the stable checkpoint until the first one at K (and what C claims in an early view change).
+  const CheckpointId initial = service.recovered_checkpoint();
+  Bytes table = clients.encode();
+  stable_digest = checkpoint_digest(0, initial.digest, digest_of(table));
+  // Not marked retained: a service need not keep its initial state as a readable checkpoint.
+  own_checkpoints[0] = OwnCheckpoint{stable_digest, std::move(table), false};
+  claims[self][0] = stable_digest;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Log entries
+// ---------------------------------------------------------------------------------------------------------------
+
+Entry& Replica::Impl::get_or_create(std::uint64_t s) {
+  BFT_ASSERT(in_window(s));
+  Entry& e = ring[s % opt.log_window];
+  if (e.seq != s) {
+    // A slot's previous occupant is s - L or older, at or below h: garbage collected.
+    BFT_ASSERT(e.seq == 0 || e.seq <= h);
+    e = Entry{};
+    e.seq = s;
+    e.view = view;
+  }
+  return e;
+}
+
+// Forgets the ordering state of an older view (TOCS §4.5: a new view starts with fresh pre-prepares, prepares
+// and commits), keeping what the view change needs (P, Q) and, for a committed batch, its digest and body.
+void Replica::Impl::reset_view_state(Entry& e, std::uint64_t v, bool keep_digest) {
+  e.view = v;
+  e.votes.clear();
+  e.prepare_senders = 0;
+  e.commit_senders = 0;
+  e.pre_prepared = false;
+  e.sent_prepare = false;
+  e.prepared = false;
+  e.sent_commit = false;
+  e.old_commit_senders = 0;
+  e.old_commits.clear();
+  if (e.fetching) {
+    e.fetching = false;
+    fetching_seqs.erase(e.seq);
+  }
+  if (!keep_digest) {
+    BFT_ASSERT(!e.committed);
+    if (e.batch) e.alt_batch = std::move(e.batch);
+    e.batch.reset();
+    e.has_digest = false;
+  }
+}
+
+VoteSet& Replica::Impl::votes_for(Entry& e, const Digest& d) {
+  for (VoteSet& vs : e.votes) {
+    if (vs.digest == d) return vs;
+  }
+  e.votes.push_back(VoteSet{d, 0, 0});
+  return e.votes.back();
+}
+
+const VoteSet* Replica::Impl::find_votes(const Entry& e, const Digest& d) const {
+  for (const VoteSet& vs : e.votes) {
+    if (vs.digest == d) return &vs;
+  }
+  return nullptr;
+}
+
+// Q keeps, per seq, the pre-prepared digests with the highest views (TOCS §4.5: at most two are needed, since a
+// correct replica pre-prepares at most one digest per view and only the two most recent matter for A2).
+void Replica::Impl::add_q(Entry& e, std::uint64_t v, const Digest& d) {
+  for (std::uint8_t i = 0; i < e.q_count; i++) {
+    if (e.q[i].digest == d) {
+      e.q[i].view = std::max(e.q[i].view, v);
+      return;
+    }
+  }
+  const PreparedClaim c{e.seq, d, v};
+  if (e.q_count < 2) {
+    e.q[e.q_count++] = c;
+    return;
+  }
+  const std::uint8_t lowest = e.q[0].view <= e.q[1].view ? 0 : 1;
+  if (e.q[lowest].view < v) e.q[lowest] = c;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Call framing: every public entry point runs begin_call(); handler; end_call().
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::begin_call() {
+  if (filter) {
+    scratch.clear();
+    cur = &scratch;
+  } else {
+    cur = &out;
+  }
+}
+
+void Replica::Impl::end_call() {
+  after_step();
+  // The O(1) invariants after every call; the full scan of the log (O(L)) every kFullCheckEvery calls, which
+  // keeps it off the per-message cost (it was a third of the CPU per request at L = 256) while still catching a
+  // broken log soon. Tests and the simulator call the full check after every step.
+  check_invariants_fast();
+  if (++calls_since_full_check >= kFullCheckEvery) {
+    calls_since_full_check = 0;
+    check_invariants();
+  }
+  if (filter) {
+    filter(scratch);
+    for (auto& r : scratch.persist) out.persist.push_back(std::move(r));
+    for (auto& s : scratch.sends) out.sends.push_back(std::move(s));
+    scratch.clear();
+  }
+  cur = &out;
+}
+
+// Everything a state change may allow, in dependency order.
+void Replica::Impl::after_step() {
+  poll_fetcher();
+  run_execution();
+  maybe_send_pre_prepares();
+  process_read_only();
+  poll_fetcher();
+  update_timer();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Dispatch
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::dispatch(NodeId from, const Message& m) {
+  if (const auto* r = std::get_if<Request>(&m)) {
+    on_request(from, *r);
+    return;
+  }
+  // Everything else only replicas send; the wire layer checks it too, but the core does not rely on that.
+  if (from >= opt.n || from == self) {
+    stats.rejected_invalid++;
+    return;
+  }
+  std::visit(
+      [&](const auto& msg) {
+        using T = std::decay_t<decltype(msg)>;
+        if constexpr (std::is_same_v<T, PrePrepare>) {
+          on_pre_prepare(from, msg, m);
+        } else if constexpr (std::is_same_v<T, Prepare>) {
+          on_prepare(from, msg, m);
+        } else if constexpr (std::is_same_v<T, Commit>) {
+          on_commit(from, msg, m);
+        } else if constexpr (std::is_same_v<T, Checkpoint>) {
+          on_checkpoint(from, msg);
+        } else if constexpr (std::is_same_v<T, ViewChange>) {
+          on_view_change(from, msg);
+        } else if constexpr (std::is_same_v<T, NewView>) {
+          on_new_view(from, msg);
+        } else if constexpr (std::is_same_v<T, Status>) {
+          on_status(from, msg);
+        } else if constexpr (std::is_same_v<T, FetchBatch>) {
+          on_fetch_batch(from, msg);
+        } else if constexpr (std::is_same_v<T, BatchData>) {
+          on_batch_data(from, msg);
+        } else if constexpr (std::is_same_v<T, FetchState>) {
+          on_fetch_state(from, msg);
+        } else if constexpr (std::is_same_v<T, StateNode>) {
+          fetcher.on_state_node(from, msg);
+        } else if constexpr (std::is_same_v<T, StateLeaf>) {
+          fetcher.on_state_leaf(from, msg);
+        } else {
+          // Reply (replicas never receive one) and Request (handled above).
+          stats.rejected_invalid++;
+        }
+      },
+      m);
+}
+
+// Normal-case messages are processed only in the current view once it is entered (TOCS §2.3: "the replica is
+// in view v"). Messages for a later view, or for the view being changed to, are buffered (bounded) and replayed
+// when the view is entered; older ones are dropped.
+bool Replica::Impl::accept_view(NodeId from, std::uint64_t msg_view, const Message& m) {
+  if (msg_view < view) {
+    stats.rejected_wrong_view++;
+    return false;
+  }
+  if (msg_view > view || in_view_change) {
+    buffer_future(from, m);
+    return false;
+  }
+  return true;
+}
+
+void Replica::Impl::buffer_future(NodeId from, const Message& m) {
+  const std::size_t bytes = approx_bytes(m);
+  if (future.size() >= kFutureMessagesMax || future_bytes + bytes > kFutureBytesMax) {
+    stats.rejected_wrong_view++;
+    return;
+  }
+  future_bytes += bytes;
+  future.emplace_back(from, m);
+}
+
+void Replica::Impl::replay_future() {
+  std::deque<std::pair<NodeId, Message>> pending_msgs;
+  pending_msgs.swap(future);
+  future_bytes = 0;
+  for (auto& [from, m] : pending_msgs) {
+    std::uint64_t v = 0;
+    if (const auto* pp = std::get_if<PrePrepare>(&m)) v = pp->view;
+    if (const auto* p = std::get_if<Prepare>(&m)) v = p->view;
+    if (const auto* c = std::get_if<Commit>(&m)) v = c->view;
+    if (v < view) continue;
+    if (v > view || in_view_change) {
+      buffer_future(from, m);
+      continue;
+    }
+    dispatch(from, m);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Requests (TOCS §2.1, §3.2 authenticators, §5.1.3 read-only)
+// ---------------------------------------------------------------------------------------------------------------
+
+// Checks the fields a correct client always sets and this replica's authenticator entry.
+bool Replica::Impl::validate_request(const Request& r, bool count_rejection) {
+  if (r.client < opt.n || r.request_id == 0 || r.authenticator.size() != opt.n ||
+      (r.flags & ~kRequestFlagsKnown) != 0 || r.op.size() > kOpBytesMax) {
+    if (count_rejection) stats.rejected_invalid++;
+    return false;
+  }
+  const Digest d = r.digest();
+  if (!crypto.verify_mac(r.client, d.bytes, r.authenticator[self])) {
+    if (count_rejection) stats.rejected_bad_authenticator++;
+    return false;
+  }
+  return true;
+}
+
+void Replica::Impl::on_request(NodeId from, const Request& r) {
+  // A client speaks only for itself; a replica may relay any client's request (the authenticator is what
+  // authenticates the client, TOCS §3.2).
+  if (from >= opt.n && from != r.client) {
+    stats.rejected_invalid++;
+    return;
+  }
+  if (r.client < opt.n || r.request_id == 0 || r.authenticator.size() != opt.n ||
+      (r.flags & ~kRequestFlagsKnown) != 0) {
+    stats.rejected_invalid++;
+    return;
+  }
+  const Digest d = r.digest();
+  if (!crypto.verify_mac(r.client, d.bytes, r.authenticator[self])) {
+    stats.rejected_bad_authenticator++;
+    return;
+  }
+  if (r.read_only()) {
+    // Executed only when no tentative state exists (TOCS §5.1.3); never ordered.
+    if (read_only_queue.size() >= kReadOnlyQueueMax) {
+      read_only_queue.pop_front();
+      stats.rejected_out_of_window++;
+    }
+    read_only_queue.push_back(r);
+    return;
+  }
+  if (service_diverged) return;  // our client table is not valid until state transfer completes
+  switch (clients.classify(r.client, r.request_id)) {
+    case ClientTable::Freshness::kStale:
+      stats.rejected_out_of_window++;
+      return;
+    case ClientTable::Freshness::kExecuted:
+      // A retransmission: answer with the cached reply instead of executing twice (TOCS §2.1).
+      send_cached_reply(r.client, r.request_id);
+      return;
+    case ClientTable::Freshness::kFresh:
+      break;
+  }
+  if (pending.count({r.client, r.request_id}) != 0) return;  // primary: already ordered, not yet executed
+  enqueue(r, d);
+  if (!in_view_change && primary_of(view) != self && from == r.client && forwarded.count(d) == 0) {
+    // A backup relays a request it got directly to the primary, once (TOCS §2.3), and waits for it to execute
+    // with the view-change timer running (update_timer, TOCS §4.5.2).
+    if (forwarded.size() >= kForwardedMax) forwarded.clear();
+    forwarded.insert(d);
+    send(primary_of(view), r);
+  }
+}
+
+void Replica::Impl::enqueue(const Request& r, const Digest& d) {
+  auto& per_client = queue[r.client];
+  auto it = per_client.find(r.request_id);
+  if (it != per_client.end()) return;  // first body for an id wins; a correct client sends one
+  if (per_client.size() >= opt.client_window || queued_count >= kQueuedRequestsMax) {
+    stats.rejected_out_of_window++;
+    if (per_client.empty()) queue.erase(r.client);
+    return;
+  }
+  per_client.emplace(r.request_id, QueuedRequest{r, d});
+  queued_count++;
+  if (is_primary()) tickets.push_back(r.client);
+}
+
+// Called when (client, id) executed (or became stale): it no longer waits anywhere.
+void Replica::Impl::forget_request(NodeId client, std::uint64_t request_id) {
+  pending.erase({client, request_id});
+  auto it = queue.find(client);
+  if (it == queue.end()) return;
+  auto& per_client = it->second;
+  // Drop the executed id and every queued id the window has passed (they are stale now).
+  const std::uint64_t hi = clients.highest_executed(client);
+  const std::uint64_t stale_below = hi >= opt.client_window ? hi - opt.client_window + 1 : 0;
+  for (auto q = per_client.begin(); q != per_client.end();) {
+    if (q->first == request_id || q->first < stale_below) {
+      q = per_client.erase(q);
+      queued_count--;
+    } else {
+      ++q;
+    }
+  }
+  if (per_client.empty()) queue.erase(it);
+}
+
+void Replica::Impl::send_cached_reply(NodeId client, std::uint64_t request_id) {
+  const CachedReply* cr = clients.cached_reply(client, request_id);
+  BFT_ASSERT(cr != nullptr);
+  Reply rep;
+  rep.view = view;
+  rep.client = client;
+  rep.request_id = request_id;
+  rep.flags = kReplyHasResult;
+  if (cr->seq > last_committed) rep.flags |= kReplyTentative;
+  rep.result_digest = digest_of(cr->result);
+  rep.result = cr->result;
+  send(client, std::move(rep));
+}
+
+void Replica::Impl::process_read_only() {
+  if (read_only_queue.empty()) return;
+  // TOCS §5.1.3: a read-only request sees no tentative state, and none while the state is being replaced.
+  if (last_executed != last_committed || service_diverged || fetcher.active()) return;
+  while (!read_only_queue.empty()) {
+    Request r = std::move(read_only_queue.front());
+    read_only_queue.pop_front();
+    Bytes result;
+    if (!service.execute_read_only(r.client, r.op, result)) continue;  // the client falls back to ordering
+    Reply rep;
+    rep.view = view;
+    rep.client = r.client;
+    rep.request_id = r.request_id;
+    rep.flags = kReplyReadOnly;
+    rep.result_digest = digest_of(result);
+    if (r.replier == self || r.replier == kReplierAll) {
+      rep.flags |= kReplyHasResult;
+      rep.result = std::move(result);
+    }
+    stats.read_only_executed++;
+    send(r.client, std::move(rep));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Primary: batching and pre-prepare (TOCS §2.3, §5.1.4)
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::maybe_send_pre_prepares() {
+  if (!is_primary() || service_diverged || pending_new_view) return;
+  while (queued_count > 0 && !tickets.empty()) {
+    BFT_ASSERT(next_seq >= last_committed + 1);
+    const std::uint64_t in_flight = next_seq - 1 - last_committed;
+    // Sliding window of batches: while fewer than batch_window are in flight a request goes out at once, so a
+    // lone request never waits; otherwise requests accumulate and leave in one batch when a batch commits.
+    if (opt.batch_window > 0 && in_flight >= opt.batch_window) break;
+    if (next_seq > h + opt.log_window) break;  // high watermark: wait for a stable checkpoint
+    const std::uint32_t limit = opt.batch_window == 0 ? 1 : opt.batch_requests_max;
+    Batch b;
+    std::size_t bytes = 0;
+    while (b.requests.size() < limit && !tickets.empty()) {
+      const NodeId c = tickets.front();
+      auto qit = queue.find(c);
+      if (qit == queue.end()) {
+        tickets.pop_front();
+        continue;
+      }
+      // Each client's requests are ordered by increasing id: a ticket takes the client's lowest queued id.
+      auto rit = qit->second.begin();
+      const std::size_t size = rit->second.request.op.size() + opt.n * kMacBytes + 64;
+      if (!b.requests.empty() && bytes + size > kBatchBytesMax) break;
+      tickets.pop_front();
+      QueuedRequest qr = std::move(rit->second);
+      qit->second.erase(rit);
+      queued_count--;
+      if (qit->second.empty()) queue.erase(qit);
+      if (clients.classify(c, qr.request.request_id) != ClientTable::Freshness::kFresh) continue;
+      if (!pending.insert({c, qr.request.request_id}).second) continue;
+      bytes += size;
+      b.requests.push_back(std::move(qr.request));
+    }
+    if (b.requests.empty()) break;
+    send_pre_prepare(std::move(b));
+  }
+  // Tickets can outlive their requests (executed through another path); keep them bounded.
+  if (tickets.size() > 2 * queued_count + 64) {
+    tickets.clear();
+    for (const auto& [c, reqs] : queue) {
+      for (std::size_t i = 0; i < reqs.size(); i++) tickets.push_back(c);
+    }
+  }
+}
+
+void Replica::Impl::send_pre_prepare(Batch&& b) {
+  // The agreed non-determinism (TOCS §2.3 "non-determinism"): the primary picks the batch's time, strictly
+  // increasing so that backups can check it against the previous batch.
+  b.timestamp_ns = std::max({last_timestamp_ns + 1, last_executed_timestamp_ns + 1, wall_clock_ns});
+  last_timestamp_ns = b.timestamp_ns;
+  const std::uint64_t s = next_seq++;
+  BFT_ASSERT(in_window(s));
+  auto body = std::make_shared<const Batch>(std::move(b));
+  Entry& e = get_or_create(s);
+  BFT_ASSERT(!e.committed);
+  if (e.view != view) reset_view_state(e, view, false);
+  BFT_ASSERT(!e.has_digest);
+  e.has_digest = true;
+  e.digest = body->digest();
+  max_ordered_seq = std::max(max_ordered_seq, s);
+  attach_body(e, body);  // persists the PrePrepareRecord first: a restarted primary never reuses s
+  broadcast(PrePrepare{view, s, *body});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Backups: pre-prepare, prepare, commit (TOCS §2.3)
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::on_pre_prepare(NodeId from, const PrePrepare& pp, const Message& m) {
+  if (from != primary_of(pp.view)) {
+    stats.rejected_invalid++;
+    return;
+  }
+  if (!accept_view(from, pp.view, m)) return;
+  if (!in_window(pp.seq)) {
+    stats.rejected_out_of_window++;
+    return;
+  }
+  if (pp.batch.requests.size() > kBatchRequestsMax) {
+    stats.rejected_invalid++;
+    return;
+  }
+  Entry* existing = find(pp.seq);
+  if (existing != nullptr && existing->view == view && existing->has_digest && existing->pre_prepared) {
+    // Already accepted one pre-prepare for (view, seq): a retransmission, or equivocation.
+    const Digest d = pp.batch.digest();
+    if (d != existing->digest) stats.rejected_conflict++;
+    return;
+  }
+  // The previous batch's timestamp, when known: the primary's clock must move forward (the agreed
+  // non-determinism check of TOCS §2.3; null batches carry no time).
+  std::uint64_t previous_ts = 0;
+  if (const Entry* prev = find(pp.seq - 1); prev != nullptr && prev->batch) {
+    previous_ts = prev->batch->timestamp_ns;
+  } else if (pp.seq - 1 == last_executed) {
+    previous_ts = last_executed_timestamp_ns;
+  }
+  if (!pp.batch.requests.empty() && previous_ts != 0 && pp.batch.timestamp_ns <= previous_ts) {
+    stats.rejected_invalid++;
+    return;
+  }
+  // Every request must be authentic for us (TOCS §3.2: the primary could otherwise order forged requests) and
+  // ordered requests are never read-only.
+  for (const Request& r : pp.batch.requests) {
+    if (r.read_only()) {
+      stats.rejected_invalid++;
+      return;
+    }
+    if (!validate_request(r, true)) return;
+  }
+  const Digest d = pp.batch.digest();
+  Entry& e = get_or_create(pp.seq);
+  if (e.view != view) reset_view_state(e, view, e.committed);
+  if (e.has_digest && e.digest != d) {
+    // A certificate of 2f+1 commits already named another digest in this view, or equivocation.
+    stats.rejected_conflict++;
+    return;
+  }
+  e.has_digest = true;
+  e.digest = d;
+  max_ordered_seq = std::max(max_ordered_seq, pp.seq);
+  if (e.batch) return;  // committed by certificate with this body already
+  attach_body(e, std::make_shared<const Batch>(pp.batch));
+}
+
+// The body for e.digest is known: persist the pre-prepare (Q, TOCS §4.5) and, as a backup of e.view, send
+// PREPARE (durable before sent: the record is in the same Effects).
+void Replica::Impl::attach_body(Entry& e, std::shared_ptr<const Batch> body) {
+  BFT_ASSERT(e.has_digest);
+  BFT_ASSERT(body != nullptr);
+  e.batch = std::move(body);
+  if (e.alt_batch && e.alt_batch->digest() == e.digest) e.alt_batch.reset();
+  if (e.fetching) {
+    e.fetching = false;
+    fetching_seqs.erase(e.seq);
+  }
+  persist(PrePrepareRecord{e.view, e.seq, *e.batch});
+  e.pre_prepared = true;
+  add_q(e, e.view, e.digest);
+  // A committed batch is prepared again in a new view too: replicas that did not commit it need the votes.
+  if (!in_view_change && e.view == view && primary_of(e.view) != self && !e.sent_prepare) {
+    e.sent_prepare = true;
+    record_vote(e, self, e.digest, false);
+    broadcast(Prepare{e.view, e.seq, e.digest});
+  }
+  check_prepared(e);
+  check_committed(e);
+}
+
+void Replica::Impl::start_fetch(Entry& e) {
+  BFT_ASSERT(e.has_digest);
+  BFT_ASSERT(!e.batch);
+  if (e.digest == null_batch_digest()) {
+    attach_body(e, std::make_shared<const Batch>());
+    return;
+  }
+  e.fetching = true;
+  e.fetch_ticks_left = opt.fetch_retry_ticks + static_cast<std::uint32_t>(prng.below(opt.fetch_retry_ticks / 4 + 1));
+  fetching_seqs.insert(e.seq);
+  broadcast(FetchBatch{e.seq, e.digest});
+}
+
+// Records one vote per replica per (view, seq) and kind: a second vote for another digest is equivocation.
+bool Replica::Impl::record_vote(Entry& e, NodeId from, const Digest& d, bool commit) {
+  std::uint64_t& senders = commit ? e.commit_senders : e.prepare_senders;
+  if ((senders & bit_of(from)) != 0) {
+    const VoteSet* vs = find_votes(e, d);
+    const bool same = vs != nullptr && ((commit ? vs->commits : vs->prepares) & bit_of(from)) != 0;
+    if (!same) stats.rejected_conflict++;
+    return false;
+  }
+  if (e.votes.size() >= opt.n && find_votes(e, d) == nullptr) {
+    stats.rejected_invalid++;  // cannot happen with one vote per sender; kept as a bound
+    return false;
+  }
+  senders |= bit_of(from);
+  VoteSet& vs = votes_for(e, d);
+  (commit ? vs.commits : vs.prepares) |= bit_of(from);
+  return true;
+}
+
+void Replica::Impl::on_prepare(NodeId from, const Prepare& p, const Message& m) {
+  if (!accept_view(from, p.view, m)) return;
+  if (from == primary_of(p.view)) {
+    stats.rejected_invalid++;  // the primary's pre-prepare is its vote; it never prepares (TOCS §2.3)
+    return;
+  }
+  if (!in_window(p.seq)) {
+    stats.rejected_out_of_window++;
+    return;
+  }
+  Entry& e = get_or_create(p.seq);
+  if (e.view != view) reset_view_state(e, view, e.committed);
+  if (!record_vote(e, from, p.digest, false)) return;
+  check_prepared(e);
+}
+
+void Replica::Impl::on_commit(NodeId from, const Commit& c, const Message& m) {
+  if (in_view_change && c.view < view) {
+    on_old_commit(from, c);
+    return;
+  }
+  if (!accept_view(from, c.view, m)) return;
+  if (!in_window(c.seq)) {
+    stats.rejected_out_of_window++;
+    return;
+  }
+  Entry& e = get_or_create(c.seq);
+  if (e.view != view) reset_view_state(e, view, e.committed);
+  if (!record_vote(e, from, c.digest, true)) return;
+  check_committed(e);
+}
+
+// A replica that entered a view change alone (it timed out while partitioned, say) cannot return to the view the
+// others still run: its VIEW-CHANGE promised to take no further part in it (TOCS §4.5), and the others will not
+// follow it until f+1 time out. It can still learn what that view decides without voting: 2f+1 matching COMMITs
+// of one view prove the batch committed (at least f+1 correct replicas prepared it, so every later new view
+// re-proposes it), so it executes that batch like any committed one. This keeps the replica's state and reply
+// cache current while it waits, so it converges and answers clients.
+void Replica::Impl::on_old_commit(NodeId from, const Commit& c) {
+  if (!in_window(c.seq)) {
+    stats.rejected_out_of_window++;
+    return;
+  }
+  Entry& e = get_or_create(c.seq);
+  if (e.committed || (e.old_commit_senders & bit_of(from)) != 0) return;  // one vote per sender: the first
+  e.old_commit_senders |= bit_of(from);
+  auto it = std::find_if(e.old_commits.begin(), e.old_commits.end(),
+                         [&](const OldCommits& oc) { return oc.view == c.view && oc.digest == c.digest; });
+  if (it == e.old_commits.end()) it = e.old_commits.insert(e.old_commits.end(), OldCommits{c.view, c.digest, 0});
+  it->senders |= bit_of(from);
+  if (popcount(it->senders) >= static_cast<int>(quorum)) learn_committed(e, c.view, c.digest);
+}
+
+// The batch at e.seq is committed with digest d in view v (proved by a certificate): adopt it, undoing a
+// tentative execution of anything else there, and fetch the body if we lack it. The entry takes view v: the
+// body's PrePrepareRecord then claims a pre-prepare in the view that really ordered it.
+void Replica::Impl::learn_committed(Entry& e, std::uint64_t v, const Digest& d) {
+  BFT_ASSERT(!e.committed);
+  BFT_ASSERT(v <= view);
+  if (e.has_digest && e.digest != d) {
+    if (e.seq <= last_executed) {
+      // We executed another batch at this seq tentatively; it cannot commit, so undo it.
+      rollback_to(e.seq - 1);
+    }
+    if (e.batch) e.alt_batch = std::move(e.batch);
+    e.batch.reset();
+    e.pre_prepared = false;
+    e.prepared = false;
+  }
+  if (e.view != v) {
+    BFT_ASSERT(v < view);
+    e.view = v;
+    e.votes.clear();
+    e.prepare_senders = 0;
+    e.commit_senders = 0;
+    e.sent_prepare = false;
+    e.sent_commit = false;
+  }
+  e.has_digest = true;
+  e.digest = d;
+  e.committed = true;
+  max_ordered_seq = std::max(max_ordered_seq, e.seq);
+  if (!e.batch) {
+    std::shared_ptr<const Batch> body;
+    if (find_body(e.seq, d, body)) {
+      attach_body(e, body);
+    } else if (!e.fetching) {
+      start_fetch(e);
+    }
+  }
+}
+
+// prepared(m, v, n, i): the pre-prepare and 2f prepares from distinct backups that match it (TOCS §2.3). Our own
+// prepare counts; the primary never sends one.
+void Replica::Impl::check_prepared(Entry& e) {
+  if (!e.pre_prepared || e.prepared || e.view != view || in_view_change) return;
+  const VoteSet* vs = find_votes(e, e.digest);
+  if (vs == nullptr || popcount(vs->prepares) < static_cast<int>(2 * opt.f)) return;
+  e.prepared = true;
+  e.p = PreparedClaim{e.seq, e.digest, e.view};
+  persist(PreparedRecord{e.view, e.seq, e.digest});  // backs the COMMIT below and P in a view change
+  e.sent_commit = true;
+  record_vote(e, self, e.digest, true);
+  broadcast(Commit{e.view, e.seq, e.digest});
+  check_committed(e);
+}
+
+// committed-local(m, v, n, i): prepared and 2f+1 matching commits (TOCS §2.3). A replica that missed the
+// pre-prepare may also learn the decision from 2f+1 matching commits alone: they come from at least f+1 correct
+// replicas that prepared it, which is what "committed" means, so the batch is final (used for catch-up).
+void Replica::Impl::check_committed(Entry& e) {
+  if (e.committed || e.view != view || in_view_change) return;
+  if (e.prepared) {
+    const VoteSet* vs = find_votes(e, e.digest);
+    if (vs != nullptr && popcount(vs->commits) >= static_cast<int>(quorum)) e.committed = true;
+    return;
+  }
+  for (const VoteSet& vs : e.votes) {
+    if (popcount(vs.commits) < static_cast<int>(quorum)) continue;
+    if (e.has_digest && e.digest != vs.digest && e.pre_prepared) {
+      // 2f+1 commits for a digest other than the one we pre-prepared in the same view: only an equivocating
+      // primary helped by more than f faulty replicas could do that.
+      LOG_WARN(ctx(), "commit certificate for seq %llu names another digest; ignored",
+               static_cast<unsigned long long>(e.seq));
+      stats.rejected_conflict++;
+      return;
+    }
+    learn_committed(e, view, vs.digest);
+    return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Execution (TOCS §2.3 "executes in seq order", §5.1.2 tentative execution)
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::run_execution() {
+  if (service_diverged || fetcher.active()) return;  // the state is about to be replaced wholesale
+  for (;;) {
+    if (last_committed < last_executed) {
+      const Entry* e = find(last_committed + 1);
+      BFT_ASSERT(e != nullptr);
+      if (e->committed) {
+        commit_next();
+        continue;
+      }
+    }
+    const std::uint64_t s = last_executed + 1;
+    Entry* e = find(s);
+    if (e == nullptr || !e->batch || !e->has_digest) return;
+    if (e->committed && last_committed == last_executed) {
+      // Final execution: the CommittedRecord goes out before the replies (effects rule).
+      persist(CommittedRecord{s, e->digest});
+      execute_batch(*e, false);
+      last_committed = s;
+      service.commit_through(s);
+      clients.commit_through(s);
+      stats.batches_committed++;
+      history.push_back(ExecutedBatch{s, e->digest});
+      on_commit_progress();
+      if (s % opt.checkpoint_interval == 0) take_checkpoint(s);
+      continue;
+    }
+    // Tentative execution (TOCS §5.1.2): once prepared (or committed) with every earlier batch executed, but
+    // never past a checkpoint seq that has not committed, so that the state at a checkpoint is always final.
+    const std::uint64_t boundary = ((s - 1) / opt.checkpoint_interval) * opt.checkpoint_interval;
+    if (opt.tentative_execution && !replaying && (e->prepared || e->committed) && boundary <= last_committed) {
+      execute_batch(*e, true);
+      continue;
+    }
+    return;
+  }
+}
+
+// The batch at last_committed + 1 was executed tentatively and is now committed.
+void Replica::Impl::commit_next() {
+  const std::uint64_t s = last_committed + 1;
+  const Entry* e = find(s);
+  BFT_ASSERT(e != nullptr && e->committed && s <= last_executed);
+  persist(CommittedRecord{s, e->digest});
+  last_committed = s;
+  service.commit_through(s);
+  clients.commit_through(s);
+  stats.batches_committed++;
+  history.push_back(ExecutedBatch{s, e->digest});
+  on_commit_progress();
+  if (s % opt.checkpoint_interval == 0) {
+    BFT_ASSERT(last_executed == s);  // execution waited at the boundary
+    take_checkpoint(s);
+  }
+}
+
+void Replica::Impl::execute_batch(Entry& e, bool tentative) {
+  BFT_ASSERT(e.seq == last_executed + 1);
+  BFT_ASSERT(e.batch != nullptr);
+  const Batch& b = *e.batch;
+  for (const Request& r : b.requests) {
+    // Bodies are validated by correct backups before they prepare them; the checks here are deterministic, so
+    // every correct replica skips the same requests even if more than f were faulty.
+    if (r.client < opt.n || r.request_id == 0 || r.read_only()) continue;
+    if (clients.classify(r.client, r.request_id) != ClientTable::Freshness::kFresh) {
+      forget_request(r.client, r.request_id);
+      continue;  // a duplicate or stale id is never executed twice (TOCS §2.1)
+    }
+    const ExecContext exec{e.seq, r.client, r.request_id, b.timestamp_ns};
+    Bytes result = service.execute(exec, r.op);
+    BFT_ASSERT(result.size() <= kResultBytesMax);
+    if (!replaying) {
+      Reply rep;
+      rep.view = view;
+      rep.client = r.client;
+      rep.request_id = r.request_id;
+      rep.flags = tentative ? kReplyTentative : 0;
+      rep.result_digest = digest_of(result);
+      // Reply digests (TOCS §5.1.1): only the designated replier sends the full result.
+      if (r.replier == self || r.replier == kReplierAll) {
+        rep.flags |= kReplyHasResult;
+        rep.result = result;
+      }
+      send(r.client, std::move(rep));
+    }
+    clients.record(r.client, r.request_id, e.seq, std::move(result), tentative);
+    forget_request(r.client, r.request_id);
+    stats.requests_executed++;
+  }
+  if (b.timestamp_ns != 0) last_executed_timestamp_ns = b.timestamp_ns;
+  last_executed = e.seq;
+}
+
+// A batch committed: the primary of this view works, so the view-change backoff starts over (TOCS §4.5.2) and
+// the timer restarts for whatever we still wait for. Commits, not tentative executions, are the progress that
+// counts: a batch that executed tentatively but never commits still needs a view change.
+void Replica::Impl::on_commit_progress() {
+  if (in_view_change) return;
+  vc_backoff = 0;
+  vc_timer_ticks_left = 0;
+}
+
+// Undoes tentative executions above s (TOCS §5.1.2: a view change may drop a tentatively executed batch).
+void Replica::Impl::rollback_to(std::uint64_t s) {
+  BFT_ASSERT(s >= last_committed);
+  BFT_ASSERT(s < last_executed);
+  LOG_INFO(ctx(), "rolling back tentative execution to s%llu", static_cast<unsigned long long>(s));
+  service.rollback_to(s);
+  clients.rollback_to(s);
+  BFT_ASSERT(!clients.has_tentative_above(s));
+  last_executed = s;
+  last_executed_timestamp_ns = 0;  // unknown again; the next check is skipped once
+  stats.rollbacks++;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Checkpoints and garbage collection (TOCS §2.5)
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::take_checkpoint(std::uint64_t s) {
+  BFT_ASSERT(s % opt.checkpoint_interval == 0);
+  BFT_ASSERT(s == last_committed);
+  BFT_ASSERT(s == last_executed);
+  const CheckpointId id = service.checkpoint(s);  // durable on return
+  BFT_ASSERT(id.seq == s);
+  Bytes table = clients.encode();
+  const Digest d = checkpoint_digest(s, id.digest, digest_of(table));
+  persist(CheckpointRecord{s, d, table});  // backs the CHECKPOINT message below
+  own_checkpoints[s] = OwnCheckpoint{d, std::move(table), true};
+  add_claim(self, s, d);
+  broadcast(Checkpoint{s, d});
+  check_stable(s);
+}
+
+void Replica::Impl::add_claim(NodeId r, std::uint64_t s, const Digest& d) {
+  auto& mine = claims[r];
+  auto [it, inserted] = mine.emplace(s, d);
+  if (!inserted) {
+    if (it->second != d && r != self) stats.rejected_conflict++;  // a replica claims two digests for one seq
+    return;
+  }
+  // Keep a bounded number of claims per replica: the highest ones matter (stability in the window, and
+  // checkpoints far ahead that tell us we are behind).
+  const std::size_t bound = static_cast<std::size_t>(opt.log_window / opt.checkpoint_interval) + 2;
+  while (mine.size() > bound) mine.erase(mine.begin());
+}
+
+void Replica::Impl::on_checkpoint(NodeId from, const Checkpoint& c) {
+  if (c.seq == 0 || c.seq % opt.checkpoint_interval != 0) {
+    stats.rejected_invalid++;
+    return;
+  }
+  if (c.seq <= h) return;  // already stable here: nothing to learn
+  add_claim(from, c.seq, c.state_digest);
+  check_stable(c.seq);
+  check_state_transfer(false);
+}
+
+// A checkpoint is stable with 2f+1 matching CHECKPOINT messages including our own (TOCS §2.5).
+void Replica::Impl::check_stable(std::uint64_t s) {
+  if (s <= h) return;
+  auto own = own_checkpoints.find(s);
+  if (own == own_checkpoints.end()) return;
+  std::uint32_t matching = 0;
+  for (NodeId r = 0; r < opt.n; r++) {
+    auto it = claims[r].find(s);
+    if (it != claims[r].end() && it->second == own->second.digest) matching++;
+  }
+  if (matching >= quorum) {
+    make_stable(s, own->second.digest);
+    return;
+  }
+  // 2f+1 others agree on another digest: our state diverged from the correct replicas (our own bug or
+  // non-determinism in the service). Say so loudly; state transfer cannot fix a seq we already executed.
+  std::map<Digest, std::uint32_t> others;
+  for (NodeId r = 0; r < opt.n; r++) {
+    auto it = claims[r].find(s);
+    if (r != self && it != claims[r].end() && ++others[it->second] >= quorum) {
+      LOG_ERROR(ctx(), "checkpoint s%llu digest %s differs from 2f+1 replicas (%s)", static_cast<unsigned long long>(s),
+                own->second.digest.short_hex().c_str(), it->second.short_hex().c_str());
+    }
+  }
+}
+
+void Replica::Impl::make_stable(std::uint64_t s, const Digest& d) {
+  BFT_ASSERT(s > h);
+  BFT_ASSERT(s <= last_committed);
+  persist(StableRecord{s, d});
+  h = s;
+  stable_digest = d;
+  advance_window();
+}
+
+// The low watermark moved to h: discard the log, checkpoints and claims below it (TOCS §2.5).
+void Replica::Impl::advance_window() {
+  for (Entry& e : ring) {
+    if (e.seq != 0 && e.seq <= h) {
+      if (e.fetching) fetching_seqs.erase(e.seq);
+      e = Entry{};
+    }
+  }
+  service.discard_checkpoints_below(h);
+  own_checkpoints.erase(own_checkpoints.begin(), own_checkpoints.lower_bound(h));
+  for (auto& c : claims) c.erase(c.begin(), c.upper_bound(h));
+  for (auto it = fetching_seqs.begin(); it != fetching_seqs.end() && *it <= h;) it = fetching_seqs.erase(it);
+  if (next_seq <= h) next_seq = h + 1;
+  apply_deferred();
+}
+
+void Replica::Impl::apply_deferred() {
+  while (!deferred.empty()) {
+    auto it = deferred.begin();
+    const std::uint64_t s = it->first;
+    if (s <= h) {
+      deferred.erase(it);
+      continue;
+    }
+    if (!in_window(s)) return;
+    DeferredChoice dc = std::move(it->second);
+    deferred.erase(it);
+    Entry& e = get_or_create(s);
+    if (e.committed) continue;
+    reset_view_state(e, view, false);
+    e.has_digest = true;
+    e.digest = dc.digest;
+    max_ordered_seq = std::max(max_ordered_seq, s);
+    std::shared_ptr<const Batch> body = dc.body;
+    if (body || find_body(s, dc.digest, body)) {
+      attach_body(e, body);
+    } else {
+      start_fetch(e);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Catch-up: STATUS, FETCH-BATCH, BATCH-DATA (TOCS §5.2/§5.3 retransmission)
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::on_status(NodeId from, const Status& st) {
+  const std::optional<Status> prev = peer_status[from];
+  peer_status[from] = st;
+
+  // View help: a peer behind our view gets the NEW-VIEW that proves it; a peer in our view change gets our
+  // VIEW-CHANGE again (both are self-certifying, so forwarding them is safe).
+  if (!in_view_change && last_new_view && last_new_view->view == view &&
+      (st.view < view || (st.view == view && st.in_view_change))) {
+    send(from, *last_new_view);
+  }
+  if (in_view_change && view_changes[self] && (st.view < view || (st.view == view && st.in_view_change))) {
+    send(from, *view_changes[self]);
+  }
+
+  // Checkpoint help: a peer below our stable checkpoint cannot get that part of the log from anyone any more;
+  // our CHECKPOINT (with f others) lets it start state transfer.
+  if (st.last_committed < h) send(from, Checkpoint{h, stable_digest});
+
+  // A peer that made no progress since its previous STATUS is stuck; one that moves will get there itself.
+  const bool stuck = !prev || prev->last_committed == st.last_committed;
+  if (!stuck) return;
+  for (auto it = own_checkpoints.upper_bound(std::max(st.stable_seq, h)); it != own_checkpoints.end(); ++it) {
+    send(from, Checkpoint{it->first, it->second.digest});
+  }
+  // A peer changing views alone (ahead of our view) learns our decisions from commit certificates
+  // (on_old_commit): it gets our COMMITs of committed batches and the bodies, nothing else.
+  const bool peer_alone_ahead = st.in_view_change && st.view > view && !in_view_change;
+  if (!peer_alone_ahead && (st.view != view || in_view_change || st.in_view_change)) return;
+  const std::uint64_t lo = std::max(st.last_committed, h) + 1;
+  const std::uint64_t hi = std::min({h + opt.log_window, max_ordered_seq, lo + kStatusResendSeqsMax - 1});
+  const bool primary = primary_of(view) == self;
+  for (std::uint64_t s = lo; s <= hi; s++) {
+    const Entry* e = find(s);
+    if (e == nullptr || e->view != view || !e->has_digest) continue;
+    if (peer_alone_ahead) {
+      if (!e->committed || !e->sent_commit) continue;
+      send(from, Commit{view, s, e->digest});
+      if (e->batch && s > st.last_executed) send(from, BatchData{s, *e->batch});
+      continue;
+    }
+    // Votes first, then the body: a body that is not a pre-prepare is accepted only for a digest the receiver
+    // already knows (a certificate or a NEW-VIEW choice).
+    if (e->sent_prepare) send(from, Prepare{view, s, e->digest});
+    if (e->sent_commit) send(from, Commit{view, s, e->digest});
+    if (e->batch && s > st.last_executed) {
+      if (primary && e->pre_prepared) {
+        send(from, PrePrepare{view, s, *e->batch});
+      } else {
+        send(from, BatchData{s, *e->batch});
+      }
+    }
+  }
+}
+
+void Replica::Impl::on_fetch_batch(NodeId from, const FetchBatch& fb) {
+  std::shared_ptr<const Batch> body;
+  if (find_body(fb.seq, fb.digest, body)) send(from, BatchData{fb.seq, *body});
+}
+
+bool Replica::Impl::find_body(std::uint64_t s, const Digest& d, std::shared_ptr<const Batch>& out) {
+  if (d == null_batch_digest()) {
+    out = std::make_shared<const Batch>();
+    return true;
+  }
+  if (const Entry* e = find(s)) {
+    if (e->batch && e->has_digest && e->digest == d) {
+      out = e->batch;
+      return true;
+    }
+    if (e->alt_batch && e->alt_batch->digest() == d) {
+      out = e->alt_batch;
+      return true;
+    }
+  }
+  if (pending_new_view) {
+    auto it = pending_new_view->bodies.find(s);
+    if (it != pending_new_view->bodies.end() && it->second->digest() == d) {
+      out = it->second;
+      return true;
+    }
+  }
+  auto it = deferred.find(s);
+  if (it != deferred.end() && it->second.body && it->second.digest == d) {
+    out = it->second.body;
+    return true;
+  }
+  return false;
+}
+
+// BATCH-DATA is self-certifying: it is accepted only for a digest this replica already decided to order.
+void Replica::Impl::on_batch_data(NodeId from, const BatchData& bd) {
+  (void)from;
+  if (bd.batch.requests.size() > kBatchRequestsMax) {
+    stats.rejected_invalid++;
+    return;
+  }
+  if (pending_new_view) {
+    auto it = pending_new_view->missing.find(bd.seq);
+    if (it != pending_new_view->missing.end()) {
+      if (bd.batch.digest() != it->second) {
+        stats.rejected_invalid++;
+        return;
+      }
+      pending_new_view->bodies[bd.seq] = std::make_shared<const Batch>(bd.batch);
+      pending_new_view->missing.erase(it);
+      if (pending_new_view->missing.empty()) finish_new_view();
+      return;
+    }
+  }
+  auto dit = deferred.find(bd.seq);
+  if (dit != deferred.end() && !dit->second.body) {
+    if (bd.batch.digest() == dit->second.digest) dit->second.body = std::make_shared<const Batch>(bd.batch);
+    return;
+  }
+  Entry* e = find(bd.seq);
+  if (e == nullptr || !e->has_digest || e->batch) return;  // unsolicited or already known: nothing to do
+  if (bd.batch.digest() != e->digest) {
+    if (e->fetching) stats.rejected_invalid++;
+    return;
+  }
+  attach_body(*e, std::make_shared<const Batch>(bd.batch));
+}
+
+void Replica::Impl::on_fetch_state(NodeId from, const FetchState& fs) {
+  auto it = own_checkpoints.find(fs.checkpoint_seq);
+  if (it == own_checkpoints.end() || !it->second.retained) return;  // a correct fetcher asks someone else
+  std::optional<Message> reply = serve_fetch_state(fs, service, fs.checkpoint_seq, it->second.client_table);
+  if (reply) send(from, std::move(*reply));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// State transfer (TOCS §5.3)
+// ---------------------------------------------------------------------------------------------------------------
+
+// f+1 matching CHECKPOINT claims above what we executed mean at least one correct replica has that state. We
+// fetch it at once when it is beyond our window (the log cannot get us there), otherwise only when we made no
+// progress over a status interval (the peers may have garbage collected the log we need).
+void Replica::Impl::check_state_transfer(bool stalled) {
+  std::map<std::pair<std::uint64_t, Digest>, std::uint32_t> counts;
+  for (NodeId r = 0; r < opt.n; r++) {
+    for (auto it = claims[r].upper_bound(last_executed); it != claims[r].end(); ++it) counts[{it->first, it->second}]++;
+  }
+  const std::pair<std::uint64_t, Digest>* best = nullptr;
+  for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
+    if (it->second >= weak) {
+      best = &it->first;
+      break;
+    }
+  }
+  if (best == nullptr) return;
+  const std::uint64_t s = best->first;
+  if (service_diverged && s < diverged_service_seq) return;
+  if (fetcher.active() && fetcher.target_seq() >= s) return;
+  if (s > h + opt.log_window || stalled || service_diverged) start_state_fetch(s, best->second);
+}
+
+void Replica::Impl::start_state_fetch(std::uint64_t s, const Digest& d) {
+  if (s <= last_committed) return;
+  if (fetcher.active() && fetcher.target_seq() >= s) return;
+  // The fetcher skips subtrees equal to `local`, and an install starts from the service's newest checkpoint
+  // (what it executed after that is discarded): so `local` is the tree of our newest checkpoint, which is the
+  // service's newest, when the service still holds it; otherwise everything is fetched.
+  const PartitionTree* local = nullptr;
+  auto newest = own_checkpoints.rbegin();
+  if (!service_diverged && newest->second.retained) local = &service.checkpoint_tree(newest->first);
+  fetch_bytes_at_start = fetcher.bytes_fetched();
+  LOG_INFO(ctx(), "state transfer to checkpoint s%llu %s (local %s)", static_cast<unsigned long long>(s),
+           d.short_hex().c_str(), local ? "diff" : "full");
+  fetcher.start(s, d, local, service.partition_count());
+}
+
+void Replica::Impl::poll_fetcher() {
+  for (Send& s : fetcher.take_sends()) cur->sends.push_back(std::move(s));
+  if (std::optional<FetchedState> result = fetcher.take_result()) install_fetched_state(std::move(*result));
+}
+
+void Replica::Impl::install_fetched_state(FetchedState&& fs) {
+  const std::uint64_t fetched = fetcher.bytes_fetched();
+  stats.state_transfer_bytes += fetched >= fetch_bytes_at_start ? fetched - fetch_bytes_at_start : fetched;
+  if (fs.seq <= last_committed && !service_diverged) {
+    LOG_INFO(ctx(), "state transfer to s%llu no longer needed", static_cast<unsigned long long>(fs.seq));
+    return;
+  }
+  // The fetcher checked every byte against the agreed digest, so the table comes from a correct replica; we
+  // still validate it before touching the service (decoding never trusts bytes).
+  ClientTable table(opt.client_window);
+  if (!ClientTable::decode(fs.client_table, opt.client_window, table)) {
+    LOG_WARN(ctx(), "fetched client table for s%llu does not decode; dropped", static_cast<unsigned long long>(fs.seq));
+    stats.rejected_invalid++;
+    return;
+  }
+  BFT_ASSERT(checkpoint_digest(fs.seq, fs.service_root, digest_of(fs.client_table)) == fs.checkpoint_digest);
+  if (last_executed > last_committed && !service_diverged) rollback_to(last_committed);
+  service.begin_install(fs.seq);
+  for (const auto& [index, data] : fs.partitions) service.install_partition(index, data);
+  const CheckpointId id = service.finish_install(fs.seq);
+  if (id.seq != fs.seq || id.digest != fs.service_root) {
+    // The service refused bytes that matched their digests (they describe no state it can hold): it keeps its
+    // state, and so do we; a later checkpoint may be fetched instead.
+    LOG_WARN(ctx(), "service rejected the state of checkpoint s%llu", static_cast<unsigned long long>(fs.seq));
+    stats.rejected_invalid++;
+    return;
+  }
+  clients = std::move(table);
+  service_diverged = false;
+  last_executed = fs.seq;
+  last_committed = fs.seq;
+  last_executed_timestamp_ns = 0;
+  persist(CheckpointRecord{fs.seq, fs.checkpoint_digest, fs.client_table});
+  persist(StableRecord{fs.seq, fs.checkpoint_digest});
+  own_checkpoints[fs.seq] = OwnCheckpoint{fs.checkpoint_digest, std::move(fs.client_table), true};
+  add_claim(self, fs.seq, fs.checkpoint_digest);
+  h = fs.seq;
+  stable_digest = fs.checkpoint_digest;
+  advance_window();
+  broadcast(Checkpoint{fs.seq, fs.checkpoint_digest});
+  // Requests the installed state already executed no longer wait.
+  for (auto it = queue.begin(); it != queue.end();) {
+    auto& per_client = it->second;
+    for (auto q = per_client.begin(); q != per_client.end();) {
+      if (clients.classify(it->first, q->first) != ClientTable::Freshness::kFresh) {
+        pending.erase({it->first, q->first});
+        q = per_client.erase(q);
+        queued_count--;
+      } else {
+        ++q;
+      }
+    }
+    it = per_client.empty() ? queue.erase(it) : std::next(it);
+  }
+  stats.state_transfers++;
+  LOG_INFO(ctx(), "state transfer complete at s%llu", static_cast<unsigned long long>(fs.seq));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// View change (TOCS §4.5)
+// ---------------------------------------------------------------------------------------------------------------
+
+// Doubling backoff per view change without progress, capped, with jitter so that replicas do not time out in
+// lock step (TOCS §4.5.2).
+std::uint64_t Replica::Impl::view_change_timeout_ticks() {
+  std::uint64_t t = opt.view_change_timeout_ticks;
+  for (std::uint32_t i = 0; i < vc_backoff && t < opt.view_change_timeout_ticks_max; i++) t *= 2;
+  t = std::min<std::uint64_t>(t, opt.view_change_timeout_ticks_max);
+  return t + prng.below(t / 8 + 1);
+}
+
+// TOCS §4.5.2: a backup waiting for a request to execute runs the timer. We wait for known fresh requests and
+// for ordered batches to commit (a tentatively executed batch that never commits blocks checkpoints). While
+// changing views, the timer runs once 2f+1 VIEW-CHANGE messages for the new view are in (so a replica alone does
+// not race ahead).
+void Replica::Impl::update_timer() {
+  if (in_view_change) {
+    if (vc_timer_ticks_left == 0 && view_changes_for(view) >= quorum) vc_timer_ticks_left = view_change_timeout_ticks();
+    return;
+  }
+  const bool waiting = primary_of(view) != self && !fetcher.active() && !service_diverged &&
+                       (queued_count > 0 || max_ordered_seq > last_committed);
+  if (!waiting) {
+    vc_timer_ticks_left = 0;
+  } else if (vc_timer_ticks_left == 0) {
+    vc_timer_ticks_left = view_change_timeout_ticks();
+  }
+}
+
+void Replica::Impl::on_view_change_timeout() {
+  LOG_WARN(ctx(), "view change timer expired%s", in_view_change ? " waiting for new-view" : "");
+  start_view_change(view + 1);
+}
+
+std::size_t Replica::Impl::view_changes_for(std::uint64_t v) const {
+  std::size_t count = 0;
+  for (const auto& vc : view_changes) {
+    if (vc && vc->new_view == v) count++;
+  }
+  return count;
+}
+
+void Replica::Impl::start_view_change(std::uint64_t new_view) {
+  BFT_ASSERT(new_view > view);
+  LOG_INFO(ctx(), "view change to v%llu", static_cast<unsigned long long>(new_view));
+  view = new_view;
+  in_view_change = true;
+  vc_backoff++;
+  vc_timer_ticks_left = 0;
+  stats.view_changes_started++;
+  persist(ViewRecord{view, true});  // backs the VIEW-CHANGE below
+  pending_new_view.reset();
+  last_new_view.reset();
+  deferred.clear();
+  forwarded.clear();
+  pending.clear();
+  tickets.clear();
+  ViewChange vc = build_view_change();
+  vc.signature = crypto.sign(view_change_signing_bytes(vc));
+  view_changes[self] = vc;
+  broadcast(std::move(vc));
+  try_new_view();
+}
+
+// VIEW-CHANGE(v+1, h, C, P, Q, i) (TOCS §4.5.1) from the replica's own state.
+ViewChange Replica::Impl::build_view_change() const {
+  ViewChange vc;
+  vc.new_view = view;
+  vc.replica = self;
+  vc.stable_seq = h;
+  BFT_ASSERT(own_checkpoints.count(h) == 1);
+  for (const auto& [s, c] : own_checkpoints) {
+    if (s >= h && s <= h + opt.log_window) vc.checkpoints.push_back(CheckpointClaim{s, c.digest});
+  }
+  for (std::uint64_t s = h + 1; s <= h + opt.log_window; s++) {
+    const Entry* e = find(s);
+    if (e == nullptr) continue;
+    if (e->p) {
+      BFT_ASSERT(e->p->view < view);
+      vc.prepared.push_back(*e->p);
+    }
+    std::array<PreparedClaim, 2> q = e->q;
+    if (e->q_count == 2 && q[1].view < q[0].view) std::swap(q[0], q[1]);
+    for (std::uint8_t i = 0; i < e->q_count; i++) {
+      BFT_ASSERT(q[i].view < view);
+      vc.pre_prepared.push_back(q[i]);
+    }
+  }
+  BFT_ASSERT(vc.checkpoints.size() <= kViewChangeEntriesMax);
+  BFT_ASSERT(vc.prepared.size() <= kViewChangeEntriesMax);
+  BFT_ASSERT(vc.pre_prepared.size() <= kViewChangeEntriesMax);
+  return vc;
+}
+
+void Replica::Impl::on_view_change(NodeId from, const ViewChange& vc) {
+  if (vc.replica != from) {
+    stats.rejected_invalid++;
+    return;
+  }
+  if (vc.new_view < view || (vc.new_view == view && !in_view_change)) {
+    // The sender is behind: the NEW-VIEW of our view brings it here.
+    if (last_new_view && !in_view_change) send(from, *last_new_view);
+    stats.rejected_wrong_view++;
+    return;
+  }
+  const std::optional<ViewChange>& known = view_changes[from];
+  if (known && known->new_view >= vc.new_view) return;  // a retransmission (or an older one)
+  if (!view_change_well_formed(vc, opt.n, opt.checkpoint_interval, opt.log_window)) {
+    stats.rejected_invalid++;
+    return;
+  }
+  if (!crypto.verify_signature(from, view_change_signing_bytes(vc), vc.signature)) {
+    stats.rejected_bad_signature++;
+    return;
+  }
+  view_changes[from] = vc;
+  // TOCS §4.5.2: f+1 replicas want a view above ours, so at least one correct replica timed out: join the
+  // smallest such view rather than wait for our own timer.
+  std::uint32_t above = 0;
+  std::uint64_t smallest = UINT64_MAX;
+  for (NodeId r = 0; r < opt.n; r++) {
+    if (r == self || !view_changes[r] || view_changes[r]->new_view <= view) continue;
+    above++;
+    smallest = std::min(smallest, view_changes[r]->new_view);
+  }
+  if (above >= weak) {
+    start_view_change(smallest);
+    return;
+  }
+  if (in_view_change && vc.new_view == view) try_new_view();
+}
+
+// The new primary: once the VIEW-CHANGE messages for its view allow a decision, it fetches the chosen bodies
+// it lacks and then sends NEW-VIEW (so that it can persist a PrePrepareRecord for every chosen seq first: a
+// restarted primary must never reuse one of them).
+void Replica::Impl::try_new_view() {
+  if (!in_view_change || primary_of(view) != self || pending_new_view) return;
+  std::vector<const ViewChange*> set;
+  for (const auto& vc : view_changes) {
+    if (vc && vc->new_view == view) set.push_back(&*vc);
+  }
+  if (set.size() < quorum) return;
+  std::optional<NewViewDecision> decision = decide_new_view(set, opt.f, opt.log_window);
+  if (!decision) return;  // wait for more VIEW-CHANGE messages
+  PendingNewView p;
+  p.nv.view = view;
+  for (const ViewChange* vc : set) p.nv.view_changes.push_back(*vc);
+  p.decision = std::move(*decision);
+  pending_new_view = std::move(p);
+  for (const NewViewChoice& c : pending_new_view->decision.choices) {
+    if (c.seq <= h) continue;  // below our stable checkpoint: we do not order it again
+    std::shared_ptr<const Batch> body;
+    if (find_body(c.seq, c.digest, body)) {
+      pending_new_view->bodies[c.seq] = body;
+    } else {
+      pending_new_view->missing[c.seq] = c.digest;
+      broadcast(FetchBatch{c.seq, c.digest});
+    }
+  }
+  pending_new_view->fetch_ticks_left = opt.fetch_retry_ticks;
+  if (pending_new_view->missing.empty()) {
+    finish_new_view();
+  } else {
+    LOG_INFO(ctx(), "new view waits for %zu batch bodies", pending_new_view->missing.size());
+  }
+}
+
+void Replica::Impl::finish_new_view() {
+  BFT_ASSERT(pending_new_view);
+  BFT_ASSERT(pending_new_view->missing.empty());
+  PendingNewView p = std::move(*pending_new_view);
+  pending_new_view.reset();
+  p.nv.signature = crypto.sign(new_view_signing_bytes(p.nv));
+  install_new_view(p.nv, p.decision, p.bodies);
+  broadcast(std::move(p.nv));
+}
+
+void Replica::Impl::on_new_view(NodeId from, const NewView& nv) {
+  if (from != primary_of(nv.view) || nv.view == 0) {
+    stats.rejected_invalid++;
+    return;
+  }
+  if (nv.view < view || (nv.view == view && !in_view_change)) {
+    if (nv.view < view) stats.rejected_wrong_view++;
+    return;  // old, or a retransmission of the view we are in
+  }
+  if (!crypto.verify_signature(from, new_view_signing_bytes(nv), nv.signature)) {
+    stats.rejected_bad_signature++;
+    return;
+  }
+  // S must hold 2f+1 distinct, well-formed, signed VIEW-CHANGE messages for the view (this is the proof that
+  // replaces TOCS's acknowledgement scheme), and the decision must follow from it.
+  if (nv.view_changes.size() < quorum || nv.view_changes.size() > opt.n) {
+    stats.rejected_invalid++;
+    return;
+  }
+  std::uint64_t seen = 0;
+  std::vector<const ViewChange*> set;
+  for (const ViewChange& vc : nv.view_changes) {
+    if (vc.new_view != nv.view || vc.replica >= opt.n || (seen & bit_of(vc.replica)) != 0 ||
+        !view_change_well_formed(vc, opt.n, opt.checkpoint_interval, opt.log_window)) {
+      stats.rejected_invalid++;
+      return;
+    }
+    seen |= bit_of(vc.replica);
+    if (!crypto.verify_signature(vc.replica, view_change_signing_bytes(vc), vc.signature)) {
+      stats.rejected_bad_signature++;
+      return;
+    }
+    set.push_back(&vc);
+  }
+  std::optional<NewViewDecision> decision = decide_new_view(set, opt.f, opt.log_window);
+  if (!decision) {
+    stats.rejected_invalid++;
+    return;
+  }
+  install_new_view(nv, *decision, {});
+}
+
+void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& decision,
+                                     const std::map<std::uint64_t, std::shared_ptr<const Batch>>& bodies) {
+  const std::uint64_t v = nv.view;
+  BFT_ASSERT(v > view || (v == view && in_view_change));
+  const std::uint64_t hs = decision.checkpoint_seq;
+  view = v;
+  in_view_change = false;
+  persist(ViewRecord{v, false});
+  last_new_view = nv;
+  pending_new_view.reset();
+  deferred.clear();
+  for (auto& vc : view_changes) {
+    if (vc && vc->new_view <= v) vc.reset();
+  }
+
+  // Committed batches are final: the decision must re-propose exactly them (TOCS §4.5 safety argument).
+  for (std::uint64_t s = std::max(h, hs) + 1; s <= last_committed && s <= hs + opt.log_window; s++) {
+    const Entry* e = find(s);
+    BFT_ASSERT(e != nullptr && e->committed);
+    const NewViewChoice* c = decision.choice(s);
+    BFT_ASSERT(c != nullptr);
+    BFT_ASSERT(c->digest == e->digest);
+  }
+
+  // Tentatively executed batches that the new view does not re-propose identically are undone (TOCS §5.1.2).
+  std::uint64_t first_bad = 0;
+  for (std::uint64_t s = last_committed + 1; s <= last_executed; s++) {
+    const Entry* e = find(s);
+    BFT_ASSERT(e != nullptr);
+    const NewViewChoice* c = decision.choice(s);
+    if (s <= hs || c == nullptr || c->digest != e->digest) {
+      first_bad = s;
+      break;
+    }
+  }
+  if (first_bad != 0) rollback_to(first_bad - 1);
+
+  // The new view starts from checkpoint (h*, d*): ours if we have it, otherwise fetched.
+  if (hs > h) {
+    auto own = own_checkpoints.find(hs);
+    if (own != own_checkpoints.end() && own->second.digest == decision.checkpoint_digest && last_committed >= hs) {
+      make_stable(hs, decision.checkpoint_digest);
+    } else if (hs > last_committed) {
+      start_state_fetch(hs, decision.checkpoint_digest);
+    } else {
+      LOG_ERROR(ctx(), "new-view checkpoint s%llu differs from ours", static_cast<unsigned long long>(hs));
+    }
+  }
+
+  // Fresh ordering state for the new view; only committed batches keep their digest outside the choices.
+  for (Entry& e : ring) {
+    if (e.seq == 0) continue;
+    if (decision.choice(e.seq) == nullptr) reset_view_state(e, v, e.committed);
+  }
+  max_ordered_seq = 0;
+  for (const NewViewChoice& c : decision.choices) {
+    const std::uint64_t s = c.seq;
+    if (s <= h) continue;
+    std::shared_ptr<const Batch> body;
+    auto b = bodies.find(s);
+    if (b != bodies.end()) body = b->second;
+    if (s > h + opt.log_window) {
+      deferred[s] = DeferredChoice{c.digest, body};
+      continue;
+    }
+    Entry& e = get_or_create(s);
+    if (e.committed) {
+      BFT_ASSERT(e.digest == c.digest);
+      reset_view_state(e, v, true);
+    } else {
+      if (!body) find_body(s, c.digest, body);
+      reset_view_state(e, v, false);
+      e.has_digest = true;
+      e.digest = c.digest;
+    }
+    max_ordered_seq = std::max(max_ordered_seq, s);
+    if (!body && e.batch) body = e.batch;
+    if (body) {
+      // The NEW-VIEW is the pre-prepare of every chosen seq in view v (TOCS §4.5.1); backups prepare it.
+      e.batch.reset();
+      attach_body(e, body);
+    } else {
+      start_fetch(e);
+    }
+  }
+
+  if (primary_of(v) == self) {
+    // The new primary continues after the last re-proposed seq.
+    next_seq = std::max({h, hs, decision.max_seq(), last_committed}) + 1;
+    pending.clear();
+    for (const NewViewChoice& c : decision.choices) {
+      if (c.seq <= last_executed) continue;
+      const Entry* e = find(c.seq);
+      if (e == nullptr || !e->batch) continue;
+      last_timestamp_ns = std::max(last_timestamp_ns, e->batch->timestamp_ns);
+      for (const Request& r : e->batch->requests) pending.insert({r.client, r.request_id});
+    }
+    tickets.clear();
+    for (const auto& [c, reqs] : queue) {
+      for (std::size_t i = 0; i < reqs.size(); i++) tickets.push_back(c);
+    }
+  }
+  forwarded.clear();
+  vc_timer_ticks_left = 0;
+  stats.new_views_installed++;
+  LOG_INFO(ctx(), "new view installed primary=%u checkpoint=s%llu reproposed=%zu", primary_of(v),
+           static_cast<unsigned long long>(hs), decision.choices.size());
+  replay_future();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Ticks
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::on_tick() {
+  ticks++;
+  if (vc_timer_ticks_left > 0 && --vc_timer_ticks_left == 0) on_view_change_timeout();
+  if (--status_ticks_left == 0) on_status_timeout();
+  for (std::uint64_t s : std::vector<std::uint64_t>(fetching_seqs.begin(), fetching_seqs.end())) {
+    Entry* e = find(s);
+    if (e == nullptr || !e->fetching) {
+      fetching_seqs.erase(s);
+      continue;
+    }
+    if (--e->fetch_ticks_left == 0) {
+      e->fetch_ticks_left =
+          opt.fetch_retry_ticks + static_cast<std::uint32_t>(prng.below(opt.fetch_retry_ticks / 4 + 1));
+      broadcast(FetchBatch{s, e->digest});
+    }
+  }
+  if (pending_new_view && --pending_new_view->fetch_ticks_left == 0) {
+    pending_new_view->fetch_ticks_left = opt.fetch_retry_ticks;
+    for (const auto& [s, d] : pending_new_view->missing) broadcast(FetchBatch{s, d});
+  }
+  fetcher.on_tick();
+}
+
+// Periodic STATUS (TOCS §5.2-§5.3 retransmission): peers that are ahead answer with what we miss.
+void Replica::Impl::on_status_timeout() {
+  status_ticks_left = opt.status_interval_ticks;
+  broadcast(Status{view, in_view_change, h, last_executed, last_committed});
+  const bool stalled = last_executed == executed_at_last_status;
+  executed_at_last_status = last_executed;
+  check_state_transfer(stalled);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Recovery from the write-ahead log
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::recover(const std::vector<PersistRecord>& log) {
+  struct Rebuilt {
+    std::map<Digest, std::shared_ptr<const Batch>> bodies;
+    std::uint64_t pp_view = 0;
+    bool has_pp = false;
+    Digest pp_digest;
+    std::optional<PreparedClaim> p;
+    std::vector<PreparedClaim> q;
+    bool committed = false;
+    Digest committed_digest;
+  };
+  std::map<std::uint64_t, Rebuilt> rebuilt;
+  std::map<std::uint64_t, std::pair<Digest, Bytes>> checkpoints;
+  std::uint64_t rec_view = 0;
+  bool rec_in_view_change = false;
+  std::uint64_t rec_h = 0;
+  Digest rec_stable_digest;
+  bool has_stable = false;
+  std::map<std::uint64_t, std::uint64_t> max_pp_seq_by_view;
+  for (const PersistRecord& record : log) {
+    std::visit(
+        [&](const auto& r) {
+          using T = std::decay_t<decltype(r)>;
+          if constexpr (std::is_same_v<T, ViewRecord>) {
+            rec_view = r.view;
+            rec_in_view_change = r.in_view_change;
+          } else if constexpr (std::is_same_v<T, PrePrepareRecord>) {
+            Rebuilt& x = rebuilt[r.seq];
+            auto body = std::make_shared<const Batch>(r.batch);
+            const Digest d = body->digest();
+            x.bodies[d] = body;
+            if (!x.has_pp || r.view >= x.pp_view) {
+              x.has_pp = true;
+              x.pp_view = r.view;
+              x.pp_digest = d;
+            }
+            bool merged = false;
+            for (PreparedClaim& q : x.q) {
+              if (q.digest == d) {
+                q.view = std::max(q.view, r.view);
+                merged = true;
+              }
+            }
+            if (!merged) x.q.push_back(PreparedClaim{r.seq, d, r.view});
+            auto& m = max_pp_seq_by_view[r.view];
+            m = std::max(m, r.seq);
+          } else if constexpr (std::is_same_v<T, PreparedRecord>) {
+            Rebuilt& x = rebuilt[r.seq];
+            if (!x.p || r.view >= x.p->view) x.p = PreparedClaim{r.seq, r.digest, r.view};
+          } else if constexpr (std::is_same_v<T, CommittedRecord>) {
+            Rebuilt& x = rebuilt[r.seq];
+            x.committed = true;
+            x.committed_digest = r.digest;
+          } else if constexpr (std::is_same_v<T, CheckpointRecord>) {
+            checkpoints[r.seq] = {r.digest, r.client_table};
+          } else if constexpr (std::is_same_v<T, StableRecord>) {
+            if (!has_stable || r.seq >= rec_h) {
+              has_stable = true;
+              rec_h = r.seq;
+              rec_stable_digest = r.digest;
+            }
+          }
+        },
+        record);
+  }
+
+  // The service knows which state is on disk; pair it with the client table recorded at that seq.
+  const CheckpointId sc = service.recovered_checkpoint();
+  std::uint64_t base = sc.seq;
+  own_checkpoints.clear();
+  for (auto& c : claims) c.clear();
+  clients = ClientTable(opt.client_window);
+  if (sc.seq == 0 && checkpoints.count(0) == 0) {
+    Bytes table = clients.encode();
+    const Digest d = checkpoint_digest(0, sc.digest, digest_of(table));
+    own_checkpoints[0] = OwnCheckpoint{d, std::move(table), false};
+  } else if (auto it = checkpoints.find(sc.seq); it != checkpoints.end()) {
+    ClientTable table(opt.client_window);
+    const bool ok = ClientTable::decode(it->second.second, opt.client_window, table);
+    const bool match = ok && checkpoint_digest(sc.seq, sc.digest, digest_of(it->second.second)) == it->second.first;
+    if (match) {
+      clients = std::move(table);
+      own_checkpoints[sc.seq] = OwnCheckpoint{it->second.first, it->second.second, true};
+    } else {
+      LOG_ERROR(ctx(), "recovered service checkpoint s%llu does not match its record",
+                static_cast<unsigned long long>(sc.seq));
+      service_diverged = true;
+    }
+  } else {
+    service_diverged = true;
+  }
+  if (service_diverged) {
+    // The service state cannot be paired with a client table: start from the last recorded checkpoint as far
+    // as the log is concerned and fetch a newer one before executing anything.
+    diverged_service_seq = sc.seq;
+    base = 0;
+    for (const auto& [s, c] : checkpoints) {
+      if (s <= sc.seq) base = s;
+    }
+    LOG_WARN(ctx(), "service checkpoint s%llu has no client table; waiting for state transfer",
+             static_cast<unsigned long long>(sc.seq));
+  }
+  // Checkpoints the log recorded up to the base are claims we made (C in a view change); the service may no
+  // longer hold their state, so they are not served. Those below h are dropped further down.
+  for (const auto& [s, c] : checkpoints) {
+    if (s <= base && own_checkpoints.count(s) == 0) own_checkpoints[s] = OwnCheckpoint{c.first, c.second, false};
+  }
+  h = std::min(has_stable ? rec_h : 0, base);
+  if (own_checkpoints.count(h) == 0) {
+    if (has_stable && h == rec_h) {
+      own_checkpoints[h] = OwnCheckpoint{rec_stable_digest, {}, false};
+    } else if (auto it = checkpoints.find(h); it != checkpoints.end()) {
+      own_checkpoints[h] = OwnCheckpoint{it->second.first, it->second.second, false};
+    } else {
+      // h is the base (<= the recorded stable seq) without a record: only possible for h == 0.
+      BFT_ASSERT(h == 0);
+      Bytes table = ClientTable(opt.client_window).encode();
+      own_checkpoints[0] = OwnCheckpoint{checkpoint_digest(0, sc.digest, digest_of(table)), std::move(table), false};
+    }
+  }
+  stable_digest = own_checkpoints[h].digest;
+  own_checkpoints.erase(own_checkpoints.begin(), own_checkpoints.lower_bound(h));
+  for (const auto& [s, c] : own_checkpoints) claims[self][s] = c.digest;
+  last_executed = base;
+  last_committed = base;
+  view = rec_view;
+  in_view_change = rec_in_view_change;
+
+  // The log above h.
+  for (auto& e : ring) e = Entry{};
+  for (auto& [s, x] : rebuilt) {
+    if (!in_window(s)) continue;
+    Entry& e = get_or_create(s);
+    e.view = x.pp_view;
+    if (x.committed) {
+      auto b = x.bodies.find(x.committed_digest);
+      e.has_digest = true;
+      e.digest = x.committed_digest;
+      e.committed = true;
+      if (b != x.bodies.end()) e.batch = b->second;
+      e.pre_prepared = e.batch != nullptr && x.has_pp && x.pp_digest == x.committed_digest;
+    } else if (x.has_pp) {
+      e.has_digest = true;
+      e.digest = x.pp_digest;
+      e.batch = x.bodies[x.pp_digest];
+      e.pre_prepared = true;
+    }
+    for (const auto& [d, body] : x.bodies) {
+      if (!e.batch || d != e.digest) e.alt_batch = body;
+    }
+    e.sent_prepare = e.pre_prepared && primary_of(e.view) != self;
+    e.p = x.p;
+    e.prepared = e.pre_prepared && x.p && x.p->view == e.view && x.p->digest == e.digest;
+    e.sent_commit = e.prepared;
+    std::sort(x.q.begin(), x.q.end(), [](const PreparedClaim& a, const PreparedClaim& b) { return a.view > b.view; });
+    for (std::size_t i = 0; i < x.q.size() && i < 2; i++) e.q[e.q_count++] = x.q[i];
+    if (e.view != view || in_view_change) reset_view_state(e, view, e.committed);
+    if (e.has_digest) max_ordered_seq = std::max(max_ordered_seq, s);
+    if (e.batch) last_timestamp_ns = std::max(last_timestamp_ns, e.batch->timestamp_ns);
+    if (e.has_digest && !e.batch && e.view == view && !in_view_change) start_fetch(e);
+  }
+
+  // Re-execute the committed batches above the service's checkpoint, in order, without replies (clients that
+  // missed them retransmit and get the cached reply).
+  if (!service_diverged) {
+    replaying = true;
+    run_execution();
+    replaying = false;
+  }
+  // A restarted primary never reuses a seq it pre-prepared in its view.
+  next_seq = std::max(last_committed, h) + 1;
+  if (auto it = max_pp_seq_by_view.find(view); it != max_pp_seq_by_view.end()) {
+    next_seq = std::max(next_seq, it->second + 1);
+  }
+  next_seq = std::min(next_seq, h + opt.log_window + 1);
+  if (in_view_change) {
+    ViewChange vc = build_view_change();
+    vc.signature = crypto.sign(view_change_signing_bytes(vc));
+    view_changes[self] = vc;
+    broadcast(std::move(vc));
+  }
+  LOG_INFO(ctx(), "recovered: stable s%llu, committed s%llu, %zu log entries%s", static_cast<unsigned long long>(h),
+           static_cast<unsigned long long>(last_committed), rebuilt.size(), in_view_change ? ", in view change" : "");
+  broadcast(Status{view, in_view_change, h, last_executed, last_committed});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Invariants (house style: checked after every step)
+// ---------------------------------------------------------------------------------------------------------------
+
+void Replica::Impl::check_invariants_fast() const {
+  const std::uint64_t L = opt.log_window;
+  const std::uint64_t K = opt.checkpoint_interval;
+  BFT_ASSERT(h % K == 0);
+  BFT_ASSERT(h <= last_committed);
+  BFT_ASSERT(last_committed <= last_executed);
+  BFT_ASSERT(last_executed <= h + L);
+  if (last_executed > last_committed) {
+    // Tentative execution never passes an uncommitted checkpoint boundary.
+    BFT_ASSERT(opt.tentative_execution);
+    BFT_ASSERT(last_executed <= (last_committed / K + 1) * K);
+  }
+  BFT_ASSERT(!clients.has_tentative_above(last_executed));
+  BFT_ASSERT(own_checkpoints.count(h) == 1);
+  BFT_ASSERT(own_checkpoints.begin()->first == h);
+  if (!in_view_change && primary_of(view) == self) {
+    BFT_ASSERT(next_seq >= last_committed + 1);
+    BFT_ASSERT(next_seq <= h + L + 1);
+  }
+  BFT_ASSERT(!in_view_change || view > 0);
+  BFT_ASSERT(!pending_new_view || (in_view_change && primary_of(view) == self));
+  BFT_ASSERT(fetching_seqs.empty() || *fetching_seqs.begin() > h);
+}
+
+void Replica::Impl::check_invariants() const {
+  const std::uint64_t L = opt.log_window;
+  check_invariants_fast();
+  // The committed prefix above h is in the log with bodies; so is everything executed.
+  for (std::uint64_t s = h + 1; s <= last_executed; s++) {
+    const Entry* e = find(s);
+    BFT_ASSERT(e != nullptr);
+    BFT_ASSERT(e->has_digest);
+    BFT_ASSERT(e->batch != nullptr);
+    BFT_ASSERT(s > last_committed || e->committed);
+  }
+  for (std::size_t i = 0; i < ring.size(); i++) {
+    const Entry& e = ring[i];
+    if (e.seq == 0) continue;
+    BFT_ASSERT(e.seq % L == i);
+    BFT_ASSERT(e.seq > h && e.seq <= h + L);
+    BFT_ASSERT(e.view <= view);
+    BFT_ASSERT(!e.pre_prepared || (e.has_digest && e.batch != nullptr));
+    BFT_ASSERT(!e.prepared || e.pre_prepared);
+    BFT_ASSERT(!e.committed || e.has_digest);
+    BFT_ASSERT(!e.batch || e.has_digest);
+    BFT_ASSERT(!e.fetching || (e.has_digest && !e.batch));
+    BFT_ASSERT(e.q_count <= 2);
+    BFT_ASSERT(e.votes.size() <= opt.n);
+    BFT_ASSERT(!e.p || e.p->seq == e.seq);
+    for (std::size_t a = 0; a < e.votes.size(); a++) {
+      BFT_ASSERT((e.votes[a].prepares & ~e.prepare_senders) == 0);
+      BFT_ASSERT((e.votes[a].commits & ~e.commit_senders) == 0);
+      for (std::size_t b = a + 1; b < e.votes.size(); b++) {
+        BFT_ASSERT(e.votes[a].digest != e.votes[b].digest);
+        BFT_ASSERT((e.votes[a].prepares & e.votes[b].prepares) == 0);  // one vote per replica
+        BFT_ASSERT((e.votes[a].commits & e.votes[b].commits) == 0);
+      }
+    }
+  }
+  std::size_t fetching = 0;
+  for (const Entry& e : ring) fetching += e.seq != 0 && e.fetching ? 1 : 0;
+  BFT_ASSERT(fetching == fetching_seqs.size());
+  // Checkpoints are taken at committed seqs only.
+  BFT_ASSERT(own_checkpoints.rbegin()->first <= last_committed);
+  for (const auto& [s, c] : own_checkpoints) BFT_ASSERT(s % opt.checkpoint_interval == 0);
+  std::size_t count = 0;
+  for (const auto& [c, reqs] : queue) {
+    BFT_ASSERT(!reqs.empty());
+    BFT_ASSERT(reqs.size() <= opt.client_window);
+    count += reqs.size();
+  }
+  BFT_ASSERT(count == queued_count);
+  for (const auto& [s, d] : deferred) BFT_ASSERT(s > h + L);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Public interface
+// ---------------------------------------------------------------------------------------------------------------
+
+Replica::Replica(const ReplicaOptions& options, NodeId self, Service& service, const Crypto& crypto,
+                 std::uint64_t prng_seed)
+    : impl_(std::make_unique<Impl>(options, self, service, crypto, prng_seed)) {}
+
+Replica::~Replica() = default;
+
+void Replica::recover(const std::vector<PersistRecord>& log) {
+  impl_->begin_call();
+  impl_->recover(log);
+  impl_->end_call();
+}
+
+void Replica::on_message(NodeId from, const Message& message) {
+  impl_->begin_call();
+  impl_->dispatch(from, message);
+  impl_->end_call();
+}
+
+void Replica::on_tick() {
+  impl_->begin_call();
+  impl_->on_tick();
+  impl_->end_call();
+}
+
+void Replica::set_wall_clock_ns(std::uint64_t now_ns) { impl_->wall_clock_ns = now_ns; }
+
+Effects Replica::take_effects() {
+  Effects e = std::move(impl_->out);
+  impl_->out.clear();
+  return e;
+}
+
+void Replica::check_invariants() const {
+  impl_->check_invariants();
+  impl_->clients.check_invariants();
+}
+
+NodeId Replica::id() const { return impl_->self; }
+std::uint64_t Replica::view() const { return impl_->view; }
+bool Replica::in_view_change() const { return impl_->in_view_change; }
+bool Replica::is_primary() const { return impl_->is_primary(); }
+std::uint64_t Replica::last_executed() const { return impl_->last_executed; }
+std::uint64_t Replica::last_committed() const { return impl_->last_committed; }
+std::uint64_t Replica::stable_checkpoint() const { return impl_->h; }
+const ReplicaStats& Replica::stats() const { return impl_->stats; }
+const std::vector<ExecutedBatch>& Replica::committed_history() const { return impl_->history; }
+void Replica::trim_history() { impl_->history.clear(); }
+void Replica::set_effects_filter(EffectsFilter filter) { impl_->filter = std::move(filter); }
+
+}  // namespace bftfs

@@ -1,0 +1,105 @@
+// bftfs replica / bftfs norep: the daemons. They run in the foreground until SIGTERM or SIGINT.
+#include <cstdio>
+
+#include "common/log.h"
+#include "replica/cli_common.h"
+#include "replica/norep_server.h"
+#include "replica/replica_runtime.h"
+#include "replica/service_factory.h"
+
+namespace bftfs::cli {
+namespace {
+
+bool set_log_level(const std::string& command, const std::string& level) {
+  if (level == "debug") {
+    log_set_level(LogLevel::kDebug);
+  } else if (level == "info") {
+    log_set_level(LogLevel::kInfo);
+  } else if (level == "warn") {
+    log_set_level(LogLevel::kWarn);
+  } else if (level == "error") {
+    log_set_level(LogLevel::kError);
+  } else {
+    error(command, "--log-level: expected debug|info|warn|error, got '" + level + "'");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int cmd_replica(int argc, char** argv) {
+  ArgParser p("replica",
+              "Runs PBFT replica ID of the cluster in CONFIG, with its durable state in DATADIR (write-ahead log,\n"
+              "service snapshots, status.json). Stops cleanly on SIGTERM or SIGINT.");
+  p.option("config", "FILE", "cluster.conf written by keygen").required("config");
+  p.option("id", "I", "replica id (0..n-1)").required("id");
+  p.option("data", "DATADIR", "data directory (created if missing)").required("data");
+  p.option("service", "NAME", std::string("replicated service: ") + service_names(), "counter");
+  p.option("log-level", "LEVEL", "debug|info|warn|error", "info");
+  p.flag("no-batching", "one request per pre-prepare (batch_window = 0)");
+  p.option("batch-max", "N", "requests per pre-prepare", "64");
+  p.option("checkpoint-interval", "K", "checkpoint every K sequence numbers (log window 2K)", "128");
+  p.flag("no-fsync", "do not fdatasync the log (NOT durable; for measuring what fsync costs)");
+  p.flag("check-invariants", "check the core's invariants after every step (slow)");
+  if (auto rc = p.parse(argc, argv, 2)) return *rc;
+  bool ok = true;
+  ReplicaRuntimeOptions o;
+  o.config_path = p.get("config");
+  o.id = static_cast<NodeId>(p.get_u64("id", ok, 0, kReplicasMax - 1));
+  o.data_dir = p.get("data");
+  o.service = p.get("service");
+  o.core.batch_requests_max = static_cast<std::uint32_t>(p.get_u64("batch-max", ok, 1, kBatchRequestsMax));
+  o.core.checkpoint_interval = p.get_u64("checkpoint-interval", ok, 1, 1u << 20);
+  o.core.log_window = 2 * o.core.checkpoint_interval;
+  if (p.has("no-batching")) o.core.batch_window = 0;
+  o.wal.fsync = !p.has("no-fsync");
+  o.check_invariants = p.has("check-invariants");
+  o.handle_signals = true;
+  if (!ok || !set_log_level("replica", p.get("log-level"))) return kExitUsage;
+  std::unique_ptr<ReplicaRuntime> rt;
+  if (std::string err = ReplicaRuntime::create(o, rt); !err.empty()) {
+    error("replica", err);
+    return kExitFailure;
+  }
+  if (!o.wal.fsync) LOG_WARN("r" + std::to_string(o.id), "--no-fsync: the log is NOT durable");
+  rt->run();
+  return kExitOk;
+}
+
+int cmd_norep(int argc, char** argv) {
+  ArgParser p("norep",
+              "Runs the unreplicated baseline: one server executing every authenticated request at once and\n"
+              "answering with the full result. It authenticates as replica 0 of CONFIG. Without --durable it keeps\n"
+              "no log (a restart loses the state); with --durable it group-commits each executed request to a\n"
+              "write-ahead log before replying, like the replicas do.");
+  p.option("config", "FILE", "cluster.conf written by keygen").required("config");
+  p.option("data", "DATADIR", "data directory (status.json; wal/ with --durable)").required("data");
+  p.option("service", "NAME", std::string("service: ") + service_names(), "counter");
+  p.option("listen", "HOST:PORT", "address to listen on (default: replica 0's address)");
+  p.flag("durable", "log every executed request with group commit before replying");
+  p.option("log-level", "LEVEL", "debug|info|warn|error", "info");
+  if (auto rc = p.parse(argc, argv, 2)) return *rc;
+  NorepOptions o;
+  o.config_path = p.get("config");
+  o.data_dir = p.get("data");
+  o.service = p.get("service");
+  o.durable = p.has("durable");
+  o.handle_signals = true;
+  if (p.has("listen")) {
+    if (std::string err = parse_host_port(p.get("listen"), o.listen); !err.empty()) {
+      error("norep", "--listen: " + err);
+      return kExitUsage;
+    }
+  }
+  if (!set_log_level("norep", p.get("log-level"))) return kExitUsage;
+  std::unique_ptr<NorepServer> server;
+  if (std::string err = NorepServer::create(o, server); !err.empty()) {
+    error("norep", err);
+    return kExitFailure;
+  }
+  server->run();
+  return kExitOk;
+}
+
+}  // namespace bftfs::cli

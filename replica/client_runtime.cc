@@ -1,0 +1,212 @@
+#include "replica/client_runtime.h"
+
+#include <algorithm>
+
+#include <signal.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "common/assert.h"
+#include "common/log.h"
+
+namespace bftfs {
+namespace {
+
+std::uint64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+std::uint64_t fresh_first_request_id() { return clock_ns(CLOCK_REALTIME); }
+
+std::string load_client_identity(const std::string& config_path, NodeId id, ClusterConfig& config,
+                                 std::unique_ptr<Crypto>& crypto) {
+  if (std::string err = load_cluster(config_path, config); !err.empty()) return err;
+  if (!config.is_client(id)) {
+    return "node " + std::to_string(id) + " is not a client of " + config_path + " (clients are " +
+           (config.clients.empty() ? std::string("none")
+                                   : std::to_string(config.clients.front()) + ".." + std::to_string(config.clients.back())) +
+           ")";
+  }
+  SecretKeys secret;
+  if (std::string err = load_secret(secret_path_for(config_path, id), secret); !err.empty()) return err;
+  crypto = make_crypto(config, id, secret);
+  if (crypto == nullptr) return "cannot build the crypto context of client " + std::to_string(id);
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// ClientRuntime
+
+std::string ClientRuntime::create(event_base* base, const std::string& config_path, NodeId id, ClientOptions options,
+                                  std::unique_ptr<ClientRuntime>& out) {
+  out.reset();
+  ::signal(SIGPIPE, SIG_IGN);
+  std::unique_ptr<ClientRuntime> c(new ClientRuntime());
+  c->id_ = id;
+  if (std::string err = load_client_identity(config_path, id, c->config_, c->crypto_); !err.empty()) return err;
+  options.n = c->config_.n;
+  BFT_ASSERT(options.first_request_id > kHelloRequestId);
+  options.f = c->config_.f;
+  std::uint64_t seed = 0;
+  if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) seed = clock_ns(CLOCK_MONOTONIC) ^ id;
+  c->core_ = std::make_unique<Client>(options, id, *c->crypto_, seed);
+  ClientRuntime* raw = c.get();
+  TransportOptions to;
+  to.send_hello = true;
+  c->transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to,
+                                              [raw](NodeId from, Message&& m) {
+                                                raw->core_->on_message(from, m);
+                                                raw->drain();
+                                              });
+  for (NodeId r = 0; r < c->config_.n; ++r) {
+    if (std::string err = c->transport_->connect(r, c->config_.replicas[r]); !err.empty()) return err;
+  }
+  c->tick_ev_.reset(event_new(
+      base, -1, EV_PERSIST,
+      [](int, short, void* a) { static_cast<ClientRuntime*>(a)->on_tick(); }, raw));
+  BFT_ASSERT(c->tick_ev_ != nullptr);
+  event_priority_set(c->tick_ev_.get(), kPriorityIo);
+  // The core counts 1 ms ticks; on_tick() delivers every elapsed one, so the timer itself may be coarser.
+  // 5 ms keeps retransmission timing (100 ms and up) accurate while a process running many clients (the
+  // closed-loop benchmark) does not wake up 1000 times a second per client.
+  const timeval tick{0, 5000};
+  BFT_ASSERT(event_add(c->tick_ev_.get(), &tick) == 0);
+  c->last_tick_ns_ = clock_ns(CLOCK_MONOTONIC);
+  out = std::move(c);
+  return "";
+}
+
+ClientRuntime::~ClientRuntime() {
+  tick_ev_.reset();
+  transport_.reset();
+}
+
+// One core tick per elapsed millisecond even when the timer fires late (as ReplicaRuntime does), so the
+// retransmission timeout means what ClientOptions says.
+void ClientRuntime::on_tick() {
+  const std::uint64_t now = clock_ns(CLOCK_MONOTONIC);
+  std::uint64_t due = (now - last_tick_ns_) / 1000000ull;
+  if (due == 0) return;
+  last_tick_ns_ += due * 1000000ull;
+  due = std::min<std::uint64_t>(due, 100);
+  for (std::uint64_t i = 0; i < due; ++i) core_->on_tick();
+  drain();
+}
+
+void ClientRuntime::drain() {
+  if (draining_) return;  // a callback submitted: the loop below picks its effects up
+  draining_ = true;
+  for (;;) {
+    std::vector<Completion> done = core_->take_completions();
+    for (auto& c : done) {
+      auto it = callbacks_.find(c.request_id);
+      if (it == callbacks_.end()) continue;  // the core completes each id once; an unknown id is not ours
+      Callback cb = std::move(it->second);
+      callbacks_.erase(it);
+      if (cb) cb(c);
+    }
+    Effects e = core_->take_effects();
+    BFT_ASSERT(e.persist.empty());  // a client persists nothing
+    for (const auto& s : e.sends) transport_->send(s);
+    if (done.empty() && e.sends.empty()) break;
+  }
+  draining_ = false;
+}
+
+std::uint64_t ClientRuntime::submit(Bytes op, bool read_only, Callback done) {
+  const std::uint64_t rid = core_->submit(std::move(op), read_only);
+  callbacks_[rid] = std::move(done);
+  drain();
+  return rid;
+}
+
+std::size_t ClientRuntime::in_flight() const { return core_->in_flight(); }
+std::uint64_t ClientRuntime::retransmissions() const { return core_->stats().retransmissions; }
+const ClientStats& ClientRuntime::stats() const { return core_->stats(); }
+
+// ---------------------------------------------------------------------------------------------------------
+// DirectClient
+
+std::string DirectClient::create(event_base* base, const std::string& config_path, NodeId id,
+                                 const ReplicaAddress& server, std::unique_ptr<DirectClient>& out) {
+  out.reset();
+  ::signal(SIGPIPE, SIG_IGN);
+  std::unique_ptr<DirectClient> c(new DirectClient());
+  c->id_ = id;
+  if (std::string err = load_client_identity(config_path, id, c->config_, c->crypto_); !err.empty()) return err;
+  c->next_request_id_ = fresh_first_request_id();
+  DirectClient* raw = c.get();
+  TransportOptions to;
+  to.send_hello = true;
+  c->transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to,
+                                              [raw](NodeId from, Message&& m) { raw->on_message(from, std::move(m)); });
+  const ReplicaAddress addr = server.host.empty() ? c->config_.replicas[0] : server;
+  if (std::string err = c->transport_->connect(0, addr); !err.empty()) return err;
+  c->timer_ev_.reset(event_new(
+      base, -1, EV_PERSIST, [](int, short, void* a) { static_cast<DirectClient*>(a)->on_timer(); }, raw));
+  BFT_ASSERT(c->timer_ev_ != nullptr);
+  const timeval every{0, 50 * 1000};
+  BFT_ASSERT(event_add(c->timer_ev_.get(), &every) == 0);
+  c->now_ms_ = clock_ns(CLOCK_MONOTONIC) / 1000000;
+  out = std::move(c);
+  return "";
+}
+
+DirectClient::~DirectClient() {
+  timer_ev_.reset();
+  transport_.reset();
+}
+
+void DirectClient::send(const Request& r) {
+  const Bytes frame = encode_frame(r, id_, 0, *crypto_);
+  transport_->send_frame(0, frame.data(), frame.size());
+}
+
+std::uint64_t DirectClient::submit(Bytes op, bool read_only, Callback done) {
+  Request r;
+  r.client = id_;
+  r.request_id = next_request_id_++;
+  r.flags = read_only ? kRequestReadOnly : 0;
+  r.replier = 0;
+  r.op = std::move(op);
+  // The same authenticator a PBFT client computes (one MAC per replica), so both clients cost the same.
+  const Digest d = r.digest();
+  r.authenticator.reserve(config_.n);
+  for (NodeId i = 0; i < config_.n; ++i) r.authenticator.push_back(crypto_->mac(i, d.bytes));
+  send(r);
+  const std::uint64_t rid = r.request_id;
+  outstanding_[rid] = Outstanding{std::move(r), std::move(done), clock_ns(CLOCK_MONOTONIC) / 1000000};
+  return rid;
+}
+
+void DirectClient::on_message(NodeId from, Message&& m) {
+  const auto* reply = std::get_if<Reply>(&m);
+  if (from != 0 || reply == nullptr || reply->client != id_ || (reply->flags & kReplyHasResult) == 0) return;
+  auto it = outstanding_.find(reply->request_id);
+  if (it == outstanding_.end()) return;  // late duplicate
+  Completion c;
+  c.request_id = reply->request_id;
+  c.result = reply->result;  // decode_frame checked it against result_digest
+  c.view = 0;
+  c.read_only = (reply->flags & kReplyReadOnly) != 0;
+  Callback cb = std::move(it->second.done);
+  outstanding_.erase(it);
+  if (cb) cb(c);
+}
+
+void DirectClient::on_timer() {
+  now_ms_ = clock_ns(CLOCK_MONOTONIC) / 1000000;
+  for (auto& [rid, o] : outstanding_) {
+    if (now_ms_ - o.sent_ms >= kRetransmitMs) {
+      o.sent_ms = now_ms_;
+      ++retransmissions_;
+      send(o.request);
+    }
+  }
+}
+
+}  // namespace bftfs

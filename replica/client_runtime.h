@@ -1,0 +1,107 @@
+// Clients on a libevent loop. Both kinds share one interface so benchmarks and the CLI drive either:
+//   - ClientRuntime: the PBFT client core (protocol/client.h) on the transport, connected to every replica,
+//     ticking every millisecond;
+//   - DirectClient: the NO-REP client: sends each Request to the one server and accepts its single reply
+//     (retransmitting to it on a timeout). It authenticates exactly like a PBFT client (frame MAC plus an
+//     n-entry authenticator), so the comparison measures agreement, not crypto differences.
+// Several clients may share one event_base (closed-loop benchmarks run K of them in one thread). A client
+// belongs to its base's thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/config.h"
+#include "protocol/client.h"
+#include "replica/event_raii.h"
+#include "replica/transport.h"
+
+namespace bftfs {
+
+class SubmitClient {
+ public:
+  // Called once per submitted operation with its accepted result.
+  using Callback = std::function<void(const Completion&)>;
+  virtual ~SubmitClient() = default;
+  virtual std::uint64_t submit(Bytes op, bool read_only, Callback done) = 0;
+  virtual std::size_t in_flight() const = 0;
+  virtual NodeId id() const = 0;
+  virtual std::uint64_t retransmissions() const = 0;
+};
+
+// The first request id for a client process: wall-clock nanoseconds, so ids grow across restarts of a client
+// id without any stored state (ClientOptions::first_request_id).
+std::uint64_t fresh_first_request_id();
+
+// Loads cluster.conf and the secret of client `id`; returns "" or an error.
+[[nodiscard]] std::string load_client_identity(const std::string& config_path, NodeId id, ClusterConfig& config,
+                                               std::unique_ptr<Crypto>& crypto);
+
+class ClientRuntime final : public SubmitClient {
+ public:
+  // `options.n`/`f` are taken from the configuration. `base` must outlive the client.
+  [[nodiscard]] static std::string create(event_base* base, const std::string& config_path, NodeId id,
+                                          ClientOptions options, std::unique_ptr<ClientRuntime>& out);
+  ~ClientRuntime() override;
+
+  std::uint64_t submit(Bytes op, bool read_only, Callback done) override;
+  std::size_t in_flight() const override;
+  NodeId id() const override { return id_; }
+  std::uint64_t retransmissions() const override;
+  const ClientStats& stats() const;
+  const TransportStats& transport_stats() const { return transport_->stats(); }
+
+ private:
+  ClientRuntime() = default;
+  void drain();
+  void on_tick();
+  NodeId id_ = 0;
+  std::uint64_t last_tick_ns_ = 0;
+  ClusterConfig config_;
+  std::unique_ptr<Crypto> crypto_;
+  std::unique_ptr<Client> core_;
+  std::unique_ptr<Transport> transport_;
+  EventPtr tick_ev_;
+  std::map<std::uint64_t, Callback> callbacks_;
+  bool draining_ = false;
+};
+
+class DirectClient final : public SubmitClient {
+ public:
+  // Talks to the NO-REP server, which authenticates as replica 0, at `server` (empty host: replica 0's
+  // configured address).
+  [[nodiscard]] static std::string create(event_base* base, const std::string& config_path, NodeId id,
+                                          const ReplicaAddress& server, std::unique_ptr<DirectClient>& out);
+  ~DirectClient() override;
+
+  std::uint64_t submit(Bytes op, bool read_only, Callback done) override;
+  std::size_t in_flight() const override { return outstanding_.size(); }
+  NodeId id() const override { return id_; }
+  std::uint64_t retransmissions() const override { return retransmissions_; }
+
+ private:
+  struct Outstanding {
+    Request request;
+    Callback done;
+    std::uint64_t sent_ms = 0;
+  };
+  DirectClient() = default;
+  void on_message(NodeId from, Message&& m);
+  void on_timer();
+  void send(const Request& r);
+  NodeId id_ = 0;
+  ClusterConfig config_;
+  std::unique_ptr<Crypto> crypto_;
+  std::unique_ptr<Transport> transport_;
+  EventPtr timer_ev_;
+  std::uint64_t next_request_id_ = 0;
+  std::uint64_t now_ms_ = 0;
+  std::uint64_t retransmissions_ = 0;
+  std::map<std::uint64_t, Outstanding> outstanding_;
+  static constexpr std::uint64_t kRetransmitMs = 500;
+};
+
+}  // namespace bftfs

@@ -1,0 +1,41 @@
+// RAII owners for the libevent objects the runtime uses. Each frees its object exactly once; none is copyable.
+// They hold no logic: the transport and runtimes decide what the events do.
+#pragma once
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include <memory>
+
+namespace bftfs {
+
+struct EventBaseDeleter {
+  void operator()(event_base* b) const { event_base_free(b); }
+};
+struct EventDeleter {
+  void operator()(event* e) const { event_free(e); }  // event_free also removes a pending event
+};
+struct BufferEventDeleter {
+  void operator()(bufferevent* b) const { bufferevent_free(b); }  // closes the socket (BEV_OPT_CLOSE_ON_FREE)
+};
+struct ListenerDeleter {
+  void operator()(evconnlistener* l) const { evconnlistener_free(l); }
+};
+
+using EventBasePtr = std::unique_ptr<event_base, EventBaseDeleter>;
+using EventPtr = std::unique_ptr<event, EventDeleter>;
+using BufferEventPtr = std::unique_ptr<bufferevent, BufferEventDeleter>;
+using ListenerPtr = std::unique_ptr<evconnlistener, ListenerDeleter>;
+
+// Event priorities of every runtime's event_base (event_base_priority_init(base, kPriorityCount)). libevent
+// runs only the most urgent non-empty priority per loop iteration, so the "flush" event at kPriorityFlush
+// runs after every readable socket and timer of the pass was handled: that is the group-commit boundary.
+inline constexpr int kPriorityIo = 0;
+inline constexpr int kPriorityFlush = 1;
+inline constexpr int kPriorityCount = 2;
+
+// A base with the priorities above. Returns null on failure (out of memory or no backend).
+EventBasePtr make_event_base();
+
+}  // namespace bftfs

@@ -1,0 +1,254 @@
+#include "replica/norep_server.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <unordered_map>
+
+#include "common/assert.h"
+#include "common/log.h"
+#include "replica/loop_stop.h"
+#include "replica/service_factory.h"
+#include "replica/status_file.h"
+
+namespace bftfs {
+namespace {
+
+std::uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+constexpr NodeId kServerId = 0;
+
+}  // namespace
+
+struct NorepServer::Impl {
+  NorepOptions options;
+  ClusterConfig config;
+  EventBasePtr base;  // destroyed last
+  std::unique_ptr<Crypto> crypto;
+  std::unique_ptr<Service> service;
+  std::unique_ptr<Wal> wal;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<LoopStop> stopper;
+  EventPtr status_ev;
+  std::string status_path;
+
+  struct ClientEntry {
+    std::uint64_t last_request_id = 0;
+    Reply last_reply;
+  };
+  std::unordered_map<NodeId, ClientEntry> clients;
+  std::uint64_t seq = 0;
+  std::vector<Send> pending;
+  std::atomic<std::uint64_t> executed{0};
+  std::uint64_t read_only = 0;
+  std::uint64_t duplicates = 0;
+  std::uint64_t ignored = 0;  // messages other than Request, or a Request naming another client
+  std::uint64_t flushes = 0;
+
+  Reply run_request(const Request& r, std::uint64_t timestamp_ns, bool& changed) {
+    Reply reply;
+    reply.view = 0;
+    reply.client = r.client;
+    reply.request_id = r.request_id;
+    changed = false;
+    if (r.read_only() && service->execute_read_only(r.client, r.op, reply.result)) {
+      reply.flags = kReplyHasResult | kReplyReadOnly;
+      ++read_only;
+    } else {
+      ExecContext ctx;
+      ctx.seq = ++seq;
+      ctx.client = r.client;
+      ctx.request_id = r.request_id;
+      ctx.timestamp_ns = timestamp_ns;
+      reply.result = service->execute(ctx, r.op);
+      service->commit_through(ctx.seq);  // no rollback ever: drop undo state at once
+      reply.flags = kReplyHasResult;
+      changed = true;
+    }
+    reply.result_digest = digest_of(reply.result);
+    return reply;
+  }
+
+  void on_message(NodeId from, Message&& m) {
+    auto* r = std::get_if<Request>(&m);
+    if (r == nullptr || r->client != from) {
+      ++ignored;
+      return;
+    }
+    ClientEntry& ce = clients[from];
+    if (r->request_id < ce.last_request_id) {
+      ++duplicates;
+      return;
+    }
+    if (r->request_id == ce.last_request_id && ce.last_request_id != 0) {
+      ++duplicates;  // retransmission: answer again from the table, never execute twice
+      pending.push_back(Send{from, ce.last_reply});
+    } else {
+      const std::uint64_t ts = realtime_ns();
+      bool changed = false;
+      Reply reply = run_request(*r, ts, changed);
+      if (changed && wal != nullptr) {
+        PrePrepareRecord rec;
+        rec.view = 0;
+        rec.seq = seq;
+        rec.batch.timestamp_ns = ts;
+        rec.batch.requests.push_back(std::move(*r));
+        wal->append(rec);
+      }
+      if ((reply.flags & kReplyReadOnly) == 0) {
+        ce.last_request_id = reply.request_id;
+        ce.last_reply = reply;
+      }
+      executed.fetch_add(1, std::memory_order_relaxed);
+      pending.push_back(Send{from, std::move(reply)});
+    }
+    if (pending.size() >= 4096) flush();  // bound a pass under a flood of requests
+  }
+
+  // After every loop pass (run()): the group-commit boundary.
+  void flush() {
+    if (pending.empty()) return;
+    ++flushes;
+    if (wal != nullptr && wal->dirty()) wal->sync();  // one fdatasync for the whole pass, before any reply
+    transport->cork();
+    for (const auto& s : pending) transport->send(s);
+    transport->uncork();
+    pending.clear();
+  }
+
+  // Re-executes the durable log after a restart (durable mode only).
+  std::string replay(const std::vector<PersistRecord>& records) {
+    for (const auto& rec : records) {
+      const auto* pp = std::get_if<PrePrepareRecord>(&rec);
+      if (pp == nullptr || pp->batch.requests.size() != 1) return "NO-REP log holds a record it never writes";
+      const Request& r = pp->batch.requests[0];
+      ExecContext ctx;
+      ctx.seq = pp->seq;
+      ctx.client = r.client;
+      ctx.request_id = r.request_id;
+      ctx.timestamp_ns = pp->batch.timestamp_ns;
+      seq = pp->seq;
+      Reply reply;
+      reply.client = r.client;
+      reply.request_id = r.request_id;
+      reply.flags = kReplyHasResult;
+      reply.result = service->execute(ctx, r.op);
+      service->commit_through(ctx.seq);
+      reply.result_digest = digest_of(reply.result);
+      ClientEntry& ce = clients[r.client];
+      ce.last_request_id = r.request_id;
+      ce.last_reply = std::move(reply);
+    }
+    return "";
+  }
+
+  void write_status(bool running) {
+    const TransportStats& ts = transport->stats();
+    JsonObject net;
+    net.add("frames_received", ts.frames_received)
+        .add("frames_sent", ts.frames_sent)
+        .add("frames_rejected", ts.frames_rejected)
+        .add("connections", static_cast<std::uint64_t>(transport->connection_count()));
+    JsonObject o;
+    o.add("role", "norep")
+        .add("id", static_cast<std::uint64_t>(kServerId))
+        .add("pid", static_cast<std::uint64_t>(getpid()))
+        .add("running", running)
+        .add("service", options.service)
+        .add("durable", options.durable)
+        .add("view", static_cast<std::uint64_t>(0))
+        .add("primary", static_cast<std::uint64_t>(0))
+        .add("last_executed", seq)
+        .add("last_committed", seq)
+        .add("stable_checkpoint", static_cast<std::uint64_t>(0))
+        .add("requests_executed", executed.load())
+        .add("read_only_executed", read_only)
+        .add("duplicates", duplicates)
+        .add("ignored", ignored)
+        .add("flushes", flushes)
+        .add("wal_syncs", wal ? wal->stats().syncs : 0)
+        .add("updated_unix_ms", realtime_ns() / 1000000)
+        .add("net", net);
+    if (std::string err = write_file_atomically(status_path, o.str() + "\n"); !err.empty()) {
+      LOG_WARN("norep", "status: %s", err.c_str());
+    }
+  }
+};
+
+NorepServer::NorepServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+NorepServer::~NorepServer() {
+  if (impl_ == nullptr) return;
+  impl_->status_ev.reset();
+  impl_->stopper.reset();
+  impl_->transport.reset();
+}
+
+std::string NorepServer::create(const NorepOptions& options, std::unique_ptr<NorepServer>& out) {
+  out.reset();
+  ::signal(SIGPIPE, SIG_IGN);
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  m.options = options;
+  if (std::string err = load_cluster(options.config_path, m.config); !err.empty()) return err;
+  SecretKeys secret;
+  if (std::string err = load_secret(secret_path_for(options.config_path, kServerId), secret); !err.empty()) return err;
+  m.crypto = make_crypto(m.config, kServerId, secret);
+  if (m.crypto == nullptr) return "cannot build the crypto context of the server";
+  if (::mkdir(options.data_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return "cannot create data directory " + options.data_dir + ": " + std::strerror(errno);
+  }
+  m.status_path = options.data_dir + "/status.json";
+  m.service = make_service(options.service, nullptr);
+  if (m.service == nullptr) return "unknown service '" + options.service + "' (expected " + service_names() + ")";
+  if (options.durable) {
+    std::vector<PersistRecord> records;
+    if (std::string err = Wal::open(options.data_dir + "/wal", options.wal, m.wal, records); !err.empty()) return err;
+    if (std::string err = m.replay(records); !err.empty()) return err;
+    LOG_INFO("norep", "replayed %zu requests from the log", records.size());
+  }
+  m.base = make_event_base();
+  if (m.base == nullptr) return "cannot create an event base";
+  m.stopper = std::make_unique<LoopStop>(m.base.get());
+  if (options.handle_signals) m.stopper->handle_signals();
+  Impl* raw = impl.get();
+  m.transport = std::make_unique<Transport>(m.base.get(), m.config.n, *m.crypto, options.transport,
+                                            [raw](NodeId from, Message&& msg) { raw->on_message(from, std::move(msg)); });
+  const ReplicaAddress listen = options.listen.host.empty() ? m.config.replicas[kServerId] : options.listen;
+  if (std::string err = m.transport->listen(listen); !err.empty()) return err;
+  m.status_ev.reset(event_new(
+      m.base.get(), -1, EV_PERSIST, [](int, short, void* a) { static_cast<Impl*>(a)->write_status(true); }, raw));
+  BFT_ASSERT(m.status_ev);
+  LOG_INFO("norep", "NO-REP server (service %s, %s) listening on %s:%u", options.service.c_str(),
+           options.durable ? "durable: group-committed log" : "not durable", listen.host.c_str(), listen.port);
+  out.reset(new NorepServer(std::move(impl)));
+  return "";
+}
+
+void NorepServer::run() {
+  Impl& m = *impl_;
+  const timeval status{static_cast<time_t>(m.options.status_interval_ms / 1000),
+                       static_cast<suseconds_t>((m.options.status_interval_ms % 1000) * 1000)};
+  BFT_ASSERT(event_add(m.status_ev.get(), &status) == 0);
+  m.write_status(true);
+  while (!m.stopper->requested()) {
+    if (event_base_loop(m.base.get(), EVLOOP_ONCE) < 0) break;
+    m.flush();
+  }
+  m.flush();
+  m.write_status(false);
+  event_del(m.status_ev.get());
+}
+
+void NorepServer::stop() { impl_->stopper->request(); }
+std::uint64_t NorepServer::executed() const { return impl_->executed.load(std::memory_order_relaxed); }
+
+}  // namespace bftfs

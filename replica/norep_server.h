@@ -1,0 +1,51 @@
+// The NO-REP baseline: one server, the same transport, framing, authentication and service as a replica, and
+// no agreement. Every authenticated Request is executed at once (read-only ones with execute_read_only when
+// the service allows it) and answered with the full result (kReplyHasResult). A per-client table of the last
+// request id and its reply gives at-most-once execution under client retransmission.
+//
+// Durability: none by default (the service runs without a snapshot store: a restart loses the state). With
+// `durable`, every executed request is appended to the same group-committed write-ahead log as the replicas
+// use (a PrePrepareRecord holding a one-request batch) and its reply is sent only after the pass's single
+// fdatasync, which is the fair comparison point for durable PBFT; on restart the log is re-executed.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/config.h"
+#include "replica/transport.h"
+#include "replica/wal.h"
+
+namespace bftfs {
+
+struct NorepOptions {
+  std::string config_path;
+  std::string data_dir;           // status.json, and wal/ when durable
+  std::string service = "counter";
+  ReplicaAddress listen;          // empty host: replica 0's configured address
+  bool durable = false;
+  WalOptions wal;
+  TransportOptions transport;
+  std::uint32_t status_interval_ms = 500;
+  bool handle_signals = false;
+};
+
+class NorepServer {
+ public:
+  // The server authenticates as replica 0 of the configuration (clients address it as replica 0).
+  [[nodiscard]] static std::string create(const NorepOptions& options, std::unique_ptr<NorepServer>& out);
+  ~NorepServer();
+  NorepServer(const NorepServer&) = delete;
+  NorepServer& operator=(const NorepServer&) = delete;
+
+  void run();   // until stop() or a signal
+  void stop();  // thread-safe, async-signal-safe
+  std::uint64_t executed() const;  // thread-safe
+
+ private:
+  struct Impl;
+  explicit NorepServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bftfs

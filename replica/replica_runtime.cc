@@ -1,0 +1,345 @@
+#include "replica/replica_runtime.h"
+
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/assert.h"
+#include "common/log.h"
+#include "replica/file_snapshot_store.h"
+#include "replica/loop_stop.h"
+#include "replica/service_factory.h"
+#include "replica/status_file.h"
+
+namespace bftfs {
+namespace {
+
+std::uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::uint64_t mono_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+constexpr std::uint64_t kTickCatchUpMax = 100;
+
+timeval ms_to_tv(std::uint32_t ms) {
+  return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+}
+
+// A pass that produced this many pending items flushes at once instead of waiting for the end of the pass:
+// under a flood of input the low-priority flush event could otherwise be postponed for long.
+constexpr std::size_t kPendingFlushThreshold = 4096;
+// Records buffered without a send are written once the buffer is this large (bounded memory).
+constexpr std::size_t kLazySyncRecordsMax = 1024;
+
+}  // namespace
+
+struct ReplicaRuntime::Impl {
+  ReplicaRuntimeOptions options;
+  ClusterConfig config;
+  EventBasePtr base;  // first member: destroyed last, after every event that refers to it
+  std::unique_ptr<Crypto> crypto;
+  std::unique_ptr<FileSnapshotStore> store;
+  std::unique_ptr<Service> service;
+  std::unique_ptr<Wal> wal;
+  std::unique_ptr<Replica> replica;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<LoopStop> stopper;
+  EventPtr tick_ev;
+  EventPtr status_ev;
+  Effects pending;
+  std::size_t unsynced_records = 0;
+  std::string ctx;  // log prefix
+  std::string status_path;
+  std::uint64_t started_ns = 0;
+  std::uint64_t last_tick_ns = 0;
+
+  // Loop statistics for status.json and tuning.
+  std::uint64_t flushes = 0;
+  std::uint64_t flush_sends = 0;
+  std::uint64_t flush_persists = 0;
+  std::uint64_t lazy_syncs = 0;
+
+  std::atomic<std::uint64_t> snap_view{0};
+  std::atomic<std::uint64_t> snap_executed{0};
+  std::atomic<std::uint64_t> snap_committed{0};
+  std::atomic<std::uint64_t> snap_stable{0};
+  std::atomic<bool> snap_vc{false};
+  std::atomic<bool> snap_running{false};
+
+  void collect() {
+    Effects e = replica->take_effects();
+    if (options.check_invariants) replica->check_invariants();
+    if (e.empty()) return;
+    for (auto& r : e.persist) pending.persist.push_back(std::move(r));
+    for (auto& s : e.sends) pending.sends.push_back(std::move(s));
+    if (pending.persist.size() + pending.sends.size() >= kPendingFlushThreshold) flush();
+  }
+
+  // Called after every loop pass (run()), and within a pass when much is pending.
+  void flush() {
+    if (pending.empty()) return;
+    ++flushes;
+    flush_persists += pending.persist.size();
+    flush_sends += pending.sends.size();
+    for (const auto& r : pending.persist) wal->append(r);
+    unsynced_records += pending.persist.size();
+    // Durable before sent: one fdatasync covers every record appended so far.
+    if (wal->dirty() && (!pending.sends.empty() || unsynced_records >= kLazySyncRecordsMax)) {
+      wal->sync();
+      unsynced_records = 0;
+    }
+    // Replies to clients leave first: with tentative execution the client is waiting for them, while the
+    // commits sent in the same flush are not on its critical path. Reordering sends to different
+    // destinations is harmless (each destination keeps the core's order, and every send is behind the sync).
+    transport->cork();
+    for (const auto& s : pending.sends) {
+      if (s.to != kAllReplicas && s.to >= config.n) transport->send(s);
+    }
+    for (const auto& s : pending.sends) {
+      if (s.to == kAllReplicas || s.to < config.n) transport->send(s);
+    }
+    transport->uncork();
+    pending.clear();
+  }
+
+  void update_snapshot() {
+    snap_view.store(replica->view(), std::memory_order_relaxed);
+    snap_executed.store(replica->last_executed(), std::memory_order_relaxed);
+    snap_committed.store(replica->last_committed(), std::memory_order_relaxed);
+    snap_stable.store(replica->stable_checkpoint(), std::memory_order_relaxed);
+    snap_vc.store(replica->in_view_change(), std::memory_order_relaxed);
+  }
+
+  void on_message(NodeId from, Message&& m) {
+    replica->on_message(from, m);
+    collect();
+  }
+
+  // The core's timeouts count ticks of tick_ms. The timer may fire late (this machine's timers have a
+  // 4 ms granularity under load), so every elapsed period is delivered: one on_tick per tick_ms of
+  // monotonic time, at most kTickCatchUpMax at once (a stopped process does not replay a long pause).
+  void on_tick() {
+    const std::uint64_t now = mono_ns();
+    const std::uint64_t period = static_cast<std::uint64_t>(options.tick_ms) * 1000000ull;
+    std::uint64_t due = (now - last_tick_ns) / period;
+    if (due == 0) return;
+    last_tick_ns += due * period;
+    due = std::min<std::uint64_t>(due, kTickCatchUpMax);
+    replica->set_wall_clock_ns(realtime_ns());
+    for (std::uint64_t i = 0; i < due; ++i) {
+      replica->on_tick();
+      collect();
+    }
+    update_snapshot();
+  }
+
+  void write_status(bool running) {
+    const ReplicaStats& st = replica->stats();
+    const TransportStats& ts = transport->stats();
+    const WalStats& ws = wal->stats();
+    JsonObject stats;
+    stats.add("requests_executed", st.requests_executed)
+        .add("batches_committed", st.batches_committed)
+        .add("read_only_executed", st.read_only_executed)
+        .add("view_changes_started", st.view_changes_started)
+        .add("new_views_installed", st.new_views_installed)
+        .add("state_transfers", st.state_transfers)
+        .add("state_transfer_bytes", st.state_transfer_bytes)
+        .add("rollbacks", st.rollbacks)
+        .add("rejected_bad_authenticator", st.rejected_bad_authenticator)
+        .add("rejected_bad_signature", st.rejected_bad_signature)
+        .add("rejected_out_of_window", st.rejected_out_of_window)
+        .add("rejected_wrong_view", st.rejected_wrong_view)
+        .add("rejected_conflict", st.rejected_conflict)
+        .add("rejected_invalid", st.rejected_invalid);
+    JsonObject net;
+    net.add("frames_received", ts.frames_received)
+        .add("frames_sent", ts.frames_sent)
+        .add("bytes_received", ts.bytes_received)
+        .add("bytes_sent", ts.bytes_sent)
+        .add("frames_rejected", ts.frames_rejected)
+        .add("connections", static_cast<std::uint64_t>(transport->connection_count()))
+        .add("connections_closed", ts.connections_closed)
+        .add("closed_bad_header", ts.closed_bad_header)
+        .add("closed_slow_peer", ts.closed_slow_peer)
+        .add("sends_dropped_no_connection", ts.sends_dropped_no_connection)
+        .add("hellos_received", ts.hellos_received)
+        .add("frames_parked", ts.frames_parked)
+        .add("parked_delivered", ts.parked_delivered)
+        .add("parked_expired", ts.parked_expired)
+        .add("direct_writes", ts.direct_writes)
+        .add("corked_frames", ts.corked_frames);
+    JsonObject log;
+    log.add("wal_records", ws.records_appended)
+        .add("wal_bytes", ws.bytes_appended)
+        .add("wal_syncs", ws.syncs)
+        .add("wal_sync_us_avg", ws.syncs == 0 ? 0.0 : static_cast<double>(ws.sync_ns_total) / 1e3 / static_cast<double>(ws.syncs))
+        .add("wal_sync_us_max", static_cast<double>(ws.sync_ns_max) / 1e3)
+        .add("wal_compactions", ws.compactions)
+        .add("wal_replayed_records", ws.replayed_records)
+        .add("flushes", flushes)
+        .add("flush_sends", flush_sends)
+        .add("flush_persists", flush_persists);
+    JsonObject o;
+    o.add("role", "replica")
+        .add("id", static_cast<std::uint64_t>(options.id))
+        .add("pid", static_cast<std::uint64_t>(getpid()))
+        .add("running", running)
+        .add("service", options.service)
+        .add("view", replica->view())
+        .add("primary", replica->view() % config.n)
+        .add("is_primary", replica->is_primary())
+        .add("in_view_change", replica->in_view_change())
+        .add("last_executed", replica->last_executed())
+        .add("last_committed", replica->last_committed())
+        .add("stable_checkpoint", replica->stable_checkpoint())
+        .add("uptime_s", static_cast<double>(realtime_ns() - started_ns) / 1e9)
+        .add("updated_unix_ms", realtime_ns() / 1000000)
+        .add("stats", stats)
+        .add("net", net)
+        .add("log", log);
+    if (std::string err = write_file_atomically(status_path, o.str() + "\n"); !err.empty()) {
+      LOG_WARN(ctx, "status: %s", err.c_str());
+    }
+  }
+};
+
+ReplicaRuntime::ReplicaRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ReplicaRuntime::~ReplicaRuntime() {
+  if (impl_ == nullptr) return;
+  // Events before the objects their callbacks use; the base last (it is the first member).
+  impl_->tick_ev.reset();
+  impl_->status_ev.reset();
+  impl_->stopper.reset();
+  impl_->transport.reset();
+}
+
+std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::unique_ptr<ReplicaRuntime>& out) {
+  out.reset();
+  ::signal(SIGPIPE, SIG_IGN);  // a peer that closes while we write must not kill the replica
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  m.options = options;
+  m.started_ns = realtime_ns();
+  if (std::string err = load_cluster(options.config_path, m.config); !err.empty()) return err;
+  if (!m.config.is_replica(options.id)) {
+    return "replica id " + std::to_string(options.id) + " is not a replica of " + options.config_path + " (n=" +
+           std::to_string(m.config.n) + ")";
+  }
+  SecretKeys secret;
+  if (std::string err = load_secret(secret_path_for(options.config_path, options.id), secret); !err.empty()) return err;
+  m.crypto = make_crypto(m.config, options.id, secret);
+  if (m.crypto == nullptr) return "cannot build the crypto context of node " + std::to_string(options.id);
+  m.ctx = "r" + std::to_string(options.id);
+
+  if (::mkdir(options.data_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return "cannot create data directory " + options.data_dir + ": " + std::strerror(errno);
+  }
+  m.status_path = options.data_dir + "/status.json";
+  if (std::string err = FileSnapshotStore::open(options.data_dir + "/snapshots", m.store); !err.empty()) return err;
+  m.service = make_service(options.service, m.store.get());
+  if (m.service == nullptr) return "unknown service '" + options.service + "' (expected " + service_names() + ")";
+  std::vector<PersistRecord> records;
+  if (std::string err = Wal::open(options.data_dir + "/wal", options.wal, m.wal, records); !err.empty()) return err;
+
+  m.base = make_event_base();
+  if (m.base == nullptr) return "cannot create an event base";
+  m.stopper = std::make_unique<LoopStop>(m.base.get());
+  if (options.handle_signals) m.stopper->handle_signals();
+
+  ReplicaOptions core = options.core;
+  core.n = m.config.n;
+  core.f = m.config.f;
+  std::uint64_t seed = 0;
+  if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) seed = m.started_ns ^ options.id;
+  m.replica = std::make_unique<Replica>(core, options.id, *m.service, *m.crypto, seed);
+
+  Impl* raw = impl.get();
+  m.transport = std::make_unique<Transport>(m.base.get(), m.config.n, *m.crypto, options.transport,
+                                            [raw](NodeId from, Message&& msg) { raw->on_message(from, std::move(msg)); });
+  if (std::string err = m.transport->listen(m.config.replicas[options.id]); !err.empty()) return err;
+  for (NodeId r = 0; r < m.config.n; ++r) {
+    if (r == options.id) continue;
+    if (std::string err = m.transport->connect(r, m.config.replicas[r]); !err.empty()) return err;
+  }
+
+  m.tick_ev.reset(event_new(m.base.get(), -1, EV_PERSIST, [](int, short, void* a) { static_cast<Impl*>(a)->on_tick(); }, raw));
+  event_priority_set(m.tick_ev.get(), kPriorityIo);
+  m.status_ev.reset(event_new(
+      m.base.get(), -1, EV_PERSIST,
+      [](int, short, void* a) {
+        auto* i = static_cast<Impl*>(a);
+        // Bound how long records appended without a send stay volatile.
+        if (i->wal->dirty()) {
+          i->wal->sync();
+          i->unsynced_records = 0;
+          ++i->lazy_syncs;
+        }
+        i->write_status(true);
+      },
+      raw));
+  BFT_ASSERT(m.tick_ev && m.status_ev);
+
+  LOG_INFO(m.ctx, "recovering from %zu log records (service %s)", records.size(), options.service.c_str());
+  m.replica->recover(records);
+  if (options.check_invariants) m.replica->check_invariants();
+  m.collect();
+  m.update_snapshot();
+  out.reset(new ReplicaRuntime(std::move(impl)));
+  return "";
+}
+
+void ReplicaRuntime::run() {
+  Impl& m = *impl_;
+  const timeval tick = ms_to_tv(m.options.tick_ms);
+  const timeval status = ms_to_tv(m.options.status_interval_ms);
+  BFT_ASSERT(event_add(m.tick_ev.get(), &tick) == 0);
+  BFT_ASSERT(event_add(m.status_ev.get(), &status) == 0);
+  m.snap_running.store(true);
+  m.last_tick_ns = mono_ns();
+  m.write_status(true);
+  LOG_INFO(m.ctx, "replica %u running: listening on %s:%u, n=%u f=%u", m.options.id,
+           m.config.replicas[m.options.id].host.c_str(), m.config.replicas[m.options.id].port, m.config.n, m.config.f);
+  // One iteration per pass: EVLOOP_ONCE waits for events and returns once every callback that became active
+  // (all readable sockets, due timers) has run, so the flush below is the group-commit boundary and costs
+  // no extra epoll_wait.
+  while (!m.stopper->requested()) {
+    if (event_base_loop(m.base.get(), EVLOOP_ONCE) < 0) break;
+    m.flush();
+  }
+  m.flush();
+  if (m.wal->dirty()) m.wal->sync();
+  m.snap_running.store(false);
+  m.write_status(false);
+  event_del(m.tick_ev.get());
+  event_del(m.status_ev.get());
+  LOG_INFO(m.ctx, "replica %u stopped", m.options.id);
+}
+
+void ReplicaRuntime::stop() { impl_->stopper->request(); }
+
+ReplicaSnapshot ReplicaRuntime::snapshot() const {
+  ReplicaSnapshot s;
+  s.view = impl_->snap_view.load(std::memory_order_relaxed);
+  s.last_executed = impl_->snap_executed.load(std::memory_order_relaxed);
+  s.last_committed = impl_->snap_committed.load(std::memory_order_relaxed);
+  s.stable_checkpoint = impl_->snap_stable.load(std::memory_order_relaxed);
+  s.in_view_change = impl_->snap_vc.load(std::memory_order_relaxed);
+  s.running = impl_->snap_running.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace bftfs

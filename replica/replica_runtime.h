@@ -1,0 +1,78 @@
+// ReplicaRuntime: runs the pure PBFT replica core (protocol/replica.h) for real. It owns the event loop, the
+// transport, the write-ahead log, the service and its snapshot store, and the core, and drains the core's
+// Effects with group commit:
+//
+//   every callback of one loop pass (readable sockets, the 1 ms tick) feeds the core and appends the Effects
+//   it returns to one pending list; the loop runs one pass at a time (event_base_loop with EVLOOP_ONCE) and
+//   flushes after each. The flush appends every pending record to the log, makes them durable with one
+//   fdatasync, and only then sends every pending message (protocol/effects.h: durable before sent; merging
+//   the Effects of several handlers keeps each send behind the persists before it). Sends of one flush to
+//   the same connection leave in one system call (Transport::cork).
+//
+// The fdatasync is skipped when a pass sent nothing (records are then durable with the next pass that sends,
+// or within status_interval_ms): the core only relies on a record once a message that promises it is out.
+//
+// Status: <data>/status.json every status_interval_ms (see status_file.h), and snapshot() for tests.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/config.h"
+#include "protocol/replica.h"
+#include "replica/event_raii.h"
+#include "replica/transport.h"
+#include "replica/wal.h"
+
+namespace bftfs {
+
+struct ReplicaRuntimeOptions {
+  std::string config_path;      // cluster.conf; the secret key is secret_path_for(config_path, id)
+  NodeId id = 0;
+  std::string data_dir;         // holds wal/, snapshots/ and status.json; created if missing
+  std::string service = "counter";
+  ReplicaOptions core;          // n and f are overwritten from the configuration
+  WalOptions wal;
+  TransportOptions transport;
+  std::uint32_t tick_ms = 1;
+  std::uint32_t status_interval_ms = 500;
+  bool check_invariants = false;  // after every core call (tests; costs CPU)
+  bool handle_signals = false;    // SIGTERM/SIGINT stop the loop (daemons; one per process)
+};
+
+// A consistent-enough copy of the core's state for other threads (updated by the loop every tick).
+struct ReplicaSnapshot {
+  std::uint64_t view = 0;
+  std::uint64_t last_executed = 0;
+  std::uint64_t last_committed = 0;
+  std::uint64_t stable_checkpoint = 0;
+  bool in_view_change = false;
+  bool running = false;
+};
+
+class ReplicaRuntime {
+ public:
+  // Loads configuration and keys, opens the data directory, replays the log into the core (Replica::recover),
+  // binds the listening socket and starts connecting to the other replicas. Returns "" or an error.
+  [[nodiscard]] static std::string create(const ReplicaRuntimeOptions& options, std::unique_ptr<ReplicaRuntime>& out);
+  ~ReplicaRuntime();
+  ReplicaRuntime(const ReplicaRuntime&) = delete;
+  ReplicaRuntime& operator=(const ReplicaRuntime&) = delete;
+
+  // Runs the loop until stop() (or a signal, with handle_signals). Flushes, syncs the log and writes a final
+  // status file with running=false before returning.
+  void run();
+  // Thread-safe and async-signal-safe.
+  void stop();
+
+  ReplicaSnapshot snapshot() const;  // thread-safe
+
+ private:
+  struct Impl;
+  explicit ReplicaRuntime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bftfs

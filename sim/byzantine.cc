@@ -1,0 +1,409 @@
+#include "sim/byzantine.h"
+
+#include <algorithm>
+#include <array>
+#include <set>
+
+#include "common/assert.h"
+#include "protocol/wire.h"
+
+namespace bftfs::sim {
+
+namespace {
+
+constexpr std::array<std::string_view, static_cast<std::size_t>(Strategy::kCount)> kNames = {
+    "none",   "equivocate",    "corrupt-digests",   "wrong-replies",  "forge-macs", "withhold",
+    "replay", "random-frames", "lying-view-change", "silent-primary", "mixed",
+};
+
+constexpr std::size_t kReplayKept = 128;
+
+void put_le(Bytes& b, std::size_t off, std::uint64_t v, std::size_t width) {
+  for (std::size_t i = 0; i < width; ++i) b[off + i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+
+// Recomputes the MAC of a frame (header || body || MAC) for `to` with this node's key: a Byzantine node can
+// make any bytes it sends authentic, as long as it sends them as itself.
+void reseal(Bytes& frame, NodeId to, const Crypto& crypto) {
+  BFT_ASSERT(frame.size() >= kFrameOverheadBytes);
+  const std::size_t macced = frame.size() - kMacBytes;
+  const Mac mac = crypto.mac(to, std::span<const std::uint8_t>(frame.data(), macced));
+  std::copy(mac.bytes.begin(), mac.bytes.end(), frame.begin() + static_cast<std::ptrdiff_t>(macced));
+}
+
+}  // namespace
+
+std::string_view to_string(Strategy s) {
+  const auto i = static_cast<std::size_t>(s);
+  return i < kNames.size() ? kNames[i] : "?";
+}
+
+bool parse_strategy(std::string_view name, Strategy& out) {
+  for (std::size_t i = 0; i < kNames.size(); ++i) {
+    if (kNames[i] == name) {
+      out = static_cast<Strategy>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool wants_primary(Strategy s) { return s == Strategy::kEquivocate || s == Strategy::kSilentPrimary; }
+
+Byzantine::Byzantine(Strategy strategy, NodeId self, std::uint32_t n, std::uint32_t nodes, const Crypto& crypto,
+                     std::uint64_t seed, std::uint64_t log_window)
+    : strategy_(strategy),
+      self_(self),
+      n_(n),
+      nodes_(nodes),
+      crypto_(crypto),
+      prng_(seed),
+      log_window_(log_window),
+      withheld_to_(nodes, false) {
+  BFT_ASSERT(self < n);
+  BFT_ASSERT(n < nodes);
+  // What a withholding replica drops: everything, a few message types, or everything to some nodes.
+  switch (prng_.below(3)) {
+    case 0:
+      withheld_types_ = 0xFFFFFFFFu;
+      break;
+    case 1:
+      while (withheld_types_ == 0) {
+        for (std::uint32_t t = 1; t <= static_cast<std::uint32_t>(MsgType::kStateLeaf); ++t) {
+          if (prng_.chance(1, 3)) withheld_types_ |= 1u << t;
+        }
+      }
+      break;
+    default:
+      for (NodeId i = 0; i < nodes; ++i) withheld_to_[i] = i != self && prng_.chance(1, 2);
+      break;
+  }
+}
+
+Strategy Byzantine::pick() {
+  if (strategy_ != Strategy::kMixed) return strategy_;
+  // A mixed liar tells the truth two times in three, so that its lies reach replicas in every protocol phase.
+  if (prng_.chance(2, 3)) return Strategy::kNone;
+  static constexpr std::array<Strategy, 7> kRewrites = {
+      Strategy::kEquivocate, Strategy::kCorruptDigests,   Strategy::kWrongReplies,  Strategy::kWithhold,
+      Strategy::kReplay,     Strategy::kLyingViewChange, Strategy::kSilentPrimary,
+  };
+  return kRewrites[prng_.below(kRewrites.size())];
+}
+
+std::vector<NodeId> Byzantine::targets(NodeId to) const {
+  std::vector<NodeId> out;
+  if (to == kAllReplicas) {
+    for (NodeId i = 0; i < n_; ++i) {
+      if (i != self_) out.push_back(i);
+    }
+  } else {
+    out.push_back(to);
+  }
+  return out;
+}
+
+Digest Byzantine::random_digest() {
+  Digest d;
+  for (auto& b : d.bytes) b = static_cast<std::uint8_t>(prng_.next());
+  return d;
+}
+
+Batch Byzantine::mutate_batch(const Batch& batch) {
+  Batch out = batch;
+  for (;;) {
+    switch (prng_.below(4)) {
+      case 0:  // another timestamp: same requests, another digest
+        out.timestamp_ns += 1 + prng_.below(1000);
+        return out;
+      case 1:  // another order
+        if (out.requests.size() < 2) continue;
+        std::reverse(out.requests.begin(), out.requests.end());
+        return out;
+      case 2:  // a request left out
+        if (out.requests.empty()) continue;
+        out.requests.erase(out.requests.begin() + static_cast<std::ptrdiff_t>(prng_.below(out.requests.size())));
+        return out;
+      default:  // a request twice: correct replicas must still execute it at most once
+        if (out.requests.empty() || out.requests.size() >= kBatchRequestsMax) continue;
+        out.requests.push_back(out.requests[prng_.below(out.requests.size())]);
+        return out;
+    }
+  }
+}
+
+void Byzantine::lie_in_view_change(ViewChange& vc) {
+  const std::uint64_t h = vc.stable_seq;
+  const std::uint64_t window = std::max<std::uint64_t>(log_window_, 1);
+  // Omit some true claims (a liar may hide what it prepared).
+  if (!vc.prepared.empty() && prng_.chance(1, 2)) vc.prepared.erase(vc.prepared.begin() + static_cast<std::ptrdiff_t>(prng_.below(vc.prepared.size())));
+  // Claim to have prepared random batches at random sequence numbers of the window, one claim per seq.
+  std::set<std::uint64_t> claimed;
+  for (const auto& p : vc.prepared) claimed.insert(p.seq);
+  const std::uint64_t lies = 1 + prng_.below(3);
+  for (std::uint64_t i = 0; i < lies; ++i) {
+    const std::uint64_t seq = h + 1 + prng_.below(window);
+    const std::uint64_t view = vc.new_view == 0 ? 0 : prng_.below(vc.new_view);
+    const Digest d = random_digest();
+    if (claimed.insert(seq).second && vc.prepared.size() < kViewChangeEntriesMax) {
+      vc.prepared.push_back(PreparedClaim{seq, d, view});
+    }
+    std::size_t q_at_seq = 0;
+    for (const auto& q : vc.pre_prepared) q_at_seq += q.seq == seq ? 1 : 0;
+    if (q_at_seq < 2 && vc.pre_prepared.size() < kViewChangeEntriesMax) {
+      vc.pre_prepared.push_back(PreparedClaim{seq, prng_.chance(1, 2) ? d : random_digest(), view});
+    }
+  }
+  std::sort(vc.prepared.begin(), vc.prepared.end(),
+            [](const PreparedClaim& a, const PreparedClaim& b) { return a.seq < b.seq; });
+  std::sort(vc.pre_prepared.begin(), vc.pre_prepared.end(),
+            [](const PreparedClaim& a, const PreparedClaim& b) { return a.seq < b.seq; });
+  // A checkpoint nobody took.
+  if (vc.checkpoints.size() < kViewChangeEntriesMax && prng_.chance(1, 2)) {
+    vc.checkpoints.push_back(CheckpointClaim{h + 1 + prng_.below(window), random_digest()});
+  }
+  // Rarely claim to be someone else: the signature cannot verify.
+  if (prng_.chance(1, 10)) vc.replica = static_cast<NodeId>((self_ + 1 + prng_.below(n_ - 1)) % n_);
+  vc.signature = crypto_.sign(view_change_signing_bytes(vc));
+  ++lies_;
+}
+
+void Byzantine::rewrite(const Send& send, std::vector<Send>& out) {
+  const Strategy s = pick();
+  const MsgType type = type_of(send.message);
+  switch (s) {
+    case Strategy::kEquivocate: {
+      const auto* pp = std::get_if<PrePrepare>(&send.message);
+      if (pp == nullptr) break;
+      // Half of the receivers (which half changes per message) see another batch.
+      const std::uint64_t parity = prng_.below(2);
+      const Batch other = mutate_batch(pp->batch);
+      for (NodeId t : targets(send.to)) {
+        if (t % 2 == parity) {
+          PrePrepare lie = *pp;
+          lie.batch = other;
+          out.push_back(Send{t, lie});
+          ++lies_;
+        } else {
+          out.push_back(Send{t, send.message});
+        }
+      }
+      return;
+    }
+    case Strategy::kCorruptDigests: {
+      if (type != MsgType::kPrepare && type != MsgType::kCommit && type != MsgType::kCheckpoint) break;
+      for (NodeId t : targets(send.to)) {
+        Message m = send.message;
+        if (prng_.chance(1, 2)) {
+          if (auto* p = std::get_if<Prepare>(&m)) p->digest = random_digest();
+          if (auto* c = std::get_if<Commit>(&m)) c->digest = random_digest();
+          if (auto* c = std::get_if<Checkpoint>(&m)) c->state_digest = random_digest();
+          ++lies_;
+        }
+        out.push_back(Send{t, std::move(m)});
+      }
+      return;
+    }
+    case Strategy::kWrongReplies: {
+      const auto* r = std::get_if<Reply>(&send.message);
+      if (r == nullptr) break;
+      Reply lie = *r;
+      if (!lie.result.empty()) {
+        lie.result[prng_.below(lie.result.size())] ^= static_cast<std::uint8_t>(1 + prng_.below(255));
+        lie.result_digest = digest_of(lie.result);
+      } else if ((lie.flags & kReplyHasResult) != 0 || prng_.chance(1, 2)) {
+        // A full result where none was asked for: some bytes and their digest.
+        lie.result.assign(1 + prng_.below(17), static_cast<std::uint8_t>(prng_.next()));
+        lie.result_digest = digest_of(lie.result);
+        lie.flags |= kReplyHasResult;
+      } else {
+        lie.result_digest = random_digest();
+      }
+      if (prng_.chance(1, 2)) lie.flags &= static_cast<std::uint8_t>(~kReplyTentative);  // "it committed"
+      out.push_back(Send{send.to, std::move(lie)});
+      ++lies_;
+      return;
+    }
+    case Strategy::kWithhold: {
+      if ((withheld_types_ & (1u << static_cast<std::uint32_t>(type))) != 0) {
+        ++lies_;
+        return;
+      }
+      bool any_withheld = false;
+      for (NodeId t : targets(send.to)) any_withheld = any_withheld || (t < nodes_ && withheld_to_[t]);
+      if (!any_withheld) break;
+      for (NodeId t : targets(send.to)) {
+        if (t < nodes_ && withheld_to_[t]) {
+          ++lies_;
+        } else {
+          out.push_back(Send{t, send.message});
+        }
+      }
+      return;
+    }
+    case Strategy::kLyingViewChange: {
+      if (const auto* vc = std::get_if<ViewChange>(&send.message)) {
+        ViewChange lie = *vc;
+        lie_in_view_change(lie);
+        out.push_back(Send{send.to, std::move(lie)});
+        return;
+      }
+      if (const auto* nv = std::get_if<NewView>(&send.message)) {
+        NewView lie = *nv;
+        if (!lie.view_changes.empty()) {
+          switch (prng_.below(3)) {
+            case 0:  // one view change fewer (maybe below 2f+1)
+              lie.view_changes.pop_back();
+              break;
+            case 1:  // its own view change replaced by a lying one, validly signed
+              for (auto& vc : lie.view_changes) {
+                if (vc.replica == self_) lie_in_view_change(vc);
+              }
+              break;
+            default:  // someone else's view change altered: its signature no longer verifies
+              lie.view_changes[prng_.below(lie.view_changes.size())].stable_seq += 1;
+              break;
+          }
+        }
+        lie.signature = crypto_.sign(new_view_signing_bytes(lie));
+        out.push_back(Send{send.to, std::move(lie)});
+        ++lies_;
+        return;
+      }
+      break;
+    }
+    case Strategy::kSilentPrimary:
+      if (type == MsgType::kPrePrepare || type == MsgType::kNewView) {
+        ++lies_;
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  out.push_back(send);
+}
+
+void Byzantine::filter(Effects& effects) {
+  std::vector<Send> out;
+  out.reserve(effects.sends.size());
+  for (const Send& s : effects.sends) rewrite(s, out);
+  if (strategy_ == Strategy::kReplay || strategy_ == Strategy::kMixed) {
+    for (const Send& s : out) {
+      sent_.push_back(s);
+      if (sent_.size() > kReplayKept) sent_.pop_front();
+    }
+  }
+  effects.sends = std::move(out);
+}
+
+void Byzantine::observe(NodeId from, const Message& message) {
+  (void)from;
+  if (strategy_ != Strategy::kReplay && strategy_ != Strategy::kMixed) return;
+  // Keep a sample, so that very old messages stay available for replay.
+  if (!prng_.chance(1, 4)) return;
+  received_.push_back(message);
+  if (received_.size() > kReplayKept) received_.pop_front();
+}
+
+Bytes Byzantine::random_frame(NodeId to) {
+  switch (prng_.below(4)) {
+    case 0: {  // noise
+      Bytes b(prng_.below(200));
+      for (auto& x : b) x = static_cast<std::uint8_t>(prng_.next());
+      return b;
+    }
+    case 1: {  // a plausible header over a random body, with a valid MAC: the body decoders run
+      const std::size_t body = prng_.below(160);
+      Bytes b(kHeaderBytes + body + kMacBytes, 0);
+      put_le(b, 0, kWireMagic, 4);
+      b[4] = kWireVersion;
+      b[5] = static_cast<std::uint8_t>(prng_.below(16));  // includes 0 and 15: unknown types
+      put_le(b, 8, self_, 4);
+      put_le(b, 12, to, 4);
+      put_le(b, 16, prng_.below(4), 8);
+      put_le(b, 24, prng_.below(64), 8);
+      put_le(b, 32, prng_.chance(1, 8) ? prng_.next() & 0xFFFFFFFFu : body, 4);
+      for (std::size_t i = kHeaderBytes; i < kHeaderBytes + body; ++i) b[i] = static_cast<std::uint8_t>(prng_.next());
+      if (prng_.chance(1, 2)) {
+        for (std::size_t i = 40; i < kHeaderBytes; ++i) b[i] = static_cast<std::uint8_t>(prng_.next());
+      }
+      reseal(b, to, crypto_);
+      return b;
+    }
+    case 2: {  // a real message with a damaged body and a fresh MAC
+      Message m;
+      if (!sent_.empty() && prng_.chance(1, 2)) {
+        m = sent_[prng_.below(sent_.size())].message;
+      } else {
+        m = Status{prng_.below(4), false, prng_.below(64), prng_.below(64), prng_.below(64)};
+      }
+      Bytes b = encode_frame(m, self_, to, crypto_);
+      if (b.size() > kFrameOverheadBytes) {
+        const std::size_t body = b.size() - kFrameOverheadBytes;
+        b[kHeaderBytes + prng_.below(body)] ^= static_cast<std::uint8_t>(1 + prng_.below(255));
+      }
+      reseal(b, to, crypto_);
+      return b;
+    }
+    default: {  // a real message, truncated or extended
+      Bytes b = encode_frame(Checkpoint{prng_.below(64), random_digest()}, self_, to, crypto_);
+      if (prng_.chance(1, 2)) {
+        b.resize(prng_.below(b.size()));
+      } else {
+        b.push_back(static_cast<std::uint8_t>(prng_.next()));
+      }
+      return b;
+    }
+  }
+}
+
+std::vector<Byzantine::Injection> Byzantine::on_tick(std::uint64_t view, std::uint64_t stable_seq) {
+  std::vector<Injection> out;
+  const bool mixed = strategy_ == Strategy::kMixed;
+  if ((strategy_ == Strategy::kRandomFrames && prng_.chance(1, 4)) || (mixed && prng_.chance(1, 40))) {
+    const NodeId to = static_cast<NodeId>((self_ + 1 + prng_.below(nodes_ - 1)) % nodes_);
+    out.push_back(Injection{to, random_frame(to)});
+    ++lies_;
+  }
+  if ((strategy_ == Strategy::kReplay && prng_.chance(1, 8)) || (mixed && prng_.chance(1, 40))) {
+    const bool own = received_.empty() || (!sent_.empty() && prng_.chance(1, 2));
+    if (own && !sent_.empty()) {
+      const Send& s = sent_[prng_.below(sent_.size())];
+      for (NodeId t : targets(s.to)) out.push_back(Injection{t, encode_frame(s.message, self_, t, crypto_)});
+      ++lies_;
+    } else if (!received_.empty()) {
+      // Someone else's message, sent again as this replica's own (a Request from a replica is refused by the
+      // wire layer; a forwarded view change carries its signer's valid signature).
+      const Message& m = received_[prng_.below(received_.size())];
+      const NodeId to = static_cast<NodeId>(prng_.below(n_));
+      if (to != self_) out.push_back(Injection{to, encode_frame(m, self_, to, crypto_)});
+      ++lies_;
+    }
+  }
+  if ((strategy_ == Strategy::kLyingViewChange && prng_.chance(1, 150)) || (mixed && prng_.chance(1, 300))) {
+    // A view change nobody asked for, full of lies: alone it must not move anyone (it takes f+1).
+    ViewChange vc;
+    vc.new_view = view + 1 + prng_.below(2);
+    vc.replica = self_;
+    vc.stable_seq = stable_seq;
+    lie_in_view_change(vc);
+    for (NodeId t : targets(kAllReplicas)) out.push_back(Injection{t, encode_frame(vc, self_, t, crypto_)});
+  }
+  return out;
+}
+
+void Byzantine::mangle(Bytes& frame) {
+  const std::uint64_t odds = strategy_ == Strategy::kForgeMacs ? 2 : (strategy_ == Strategy::kMixed ? 30 : 0);
+  if (odds == 0 || frame.empty() || !prng_.chance(1, odds)) return;
+  ++lies_;
+  if (frame.size() >= kHeaderBytes && prng_.chance(1, 2)) {
+    // Pretend to be another replica: without that replica's session key the MAC cannot verify.
+    const NodeId other = static_cast<NodeId>((self_ + 1 + prng_.below(n_ - 1)) % n_);
+    put_le(frame, 8, other, 4);
+    return;
+  }
+  frame[prng_.below(frame.size())] ^= static_cast<std::uint8_t>(1 + prng_.below(255));
+}
+
+}  // namespace bftfs::sim

@@ -1,0 +1,106 @@
+// Byzantine replica strategies for the simulator. A Byzantine replica runs the real Replica core; its lies
+// are made by rewriting the core's outgoing effects (Replica::set_effects_filter) and by injecting frames the
+// core never asked for, signed or MACed with the replica's own keys (a Byzantine replica holds its own
+// secrets, never anyone else's). Every choice comes from a Prng seeded by the run's seed.
+//
+// Each strategy attacks one part of the protocol:
+//   equivocate        as primary, pre-prepares whose batches (and so digests) differ per backup: requests
+//                     reordered, dropped or duplicated, or another timestamp (TOCS §2.3)
+//   corrupt-digests   prepare, commit and checkpoint digests replaced for some receivers
+//   wrong-replies     replies whose result is wrong but whose digest matches it, some claimed non-tentative
+//   forge-macs        frames with a flipped byte, or with another replica's id as sender (the MAC fails)
+//   withhold          drops every message, some message types, or every message to some nodes
+//   replay            re-sends old messages (its own and those it received) much later
+//   random-frames     random bytes; headers with random bodies under a valid MAC; valid frames with a flipped
+//                     body byte and a fresh MAC, so that every decoder check runs on live traffic
+//   lying-view-change view changes with false P/Q entries and checkpoint claims (validly signed: it signs
+//                     them itself), true entries omitted, spontaneous view changes; tampered new-views
+//   silent-primary    never proposes: pre-prepares and new-views are dropped
+//   mixed             any of the rewrites above, chosen per message
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string_view>
+#include <vector>
+
+#include "common/crypto.h"
+#include "common/prng.h"
+#include "protocol/effects.h"
+
+namespace bftfs::sim {
+
+enum class Strategy : std::uint8_t {
+  kNone = 0,
+  kEquivocate,
+  kCorruptDigests,
+  kWrongReplies,
+  kForgeMacs,
+  kWithhold,
+  kReplay,
+  kRandomFrames,
+  kLyingViewChange,
+  kSilentPrimary,
+  kMixed,
+  kCount,
+};
+std::string_view to_string(Strategy s);
+bool parse_strategy(std::string_view name, Strategy& out);
+// Strategies that only bite while the replica is primary: the simulator makes replica 0 (primary of view 0)
+// Byzantine for them.
+bool wants_primary(Strategy s);
+
+class Byzantine {
+ public:
+  struct Injection {
+    NodeId to = 0;
+    Bytes frame;
+  };
+
+  // `crypto` is this replica's own crypto context (must outlive the object). `nodes` counts replicas and
+  // clients; `log_window` is L, used to make false claims that look plausible.
+  Byzantine(Strategy strategy, NodeId self, std::uint32_t n, std::uint32_t nodes, const Crypto& crypto,
+            std::uint64_t seed, std::uint64_t log_window);
+  Byzantine(const Byzantine&) = delete;
+  Byzantine& operator=(const Byzantine&) = delete;
+
+  Strategy strategy() const { return strategy_; }
+
+  // The effects filter: rewrites the core's sends (persist records are left alone: the core's own state stays
+  // consistent, only what it tells others is false).
+  void filter(Effects& effects);
+  // A message this replica received (the replay strategy keeps some).
+  void observe(NodeId from, const Message& message);
+  // Called every tick with the core's view and stable checkpoint: frames to inject.
+  std::vector<Injection> on_tick(std::uint64_t view, std::uint64_t stable_seq);
+  // Called on every frame this replica sends, after encoding: may damage it.
+  void mangle(Bytes& frame);
+
+  std::uint64_t lies() const { return lies_; }
+
+ private:
+  Strategy pick();  // the strategy for one message (mixed picks one at random)
+  std::vector<NodeId> targets(NodeId to) const;
+  void rewrite(const Send& send, std::vector<Send>& out);
+  Batch mutate_batch(const Batch& batch);
+  Digest random_digest();
+  void lie_in_view_change(ViewChange& vc);
+  Bytes random_frame(NodeId to);
+
+  Strategy strategy_;
+  NodeId self_;
+  std::uint32_t n_;
+  std::uint32_t nodes_;
+  const Crypto& crypto_;
+  Prng prng_;
+  std::uint64_t log_window_;
+  // withhold: what is dropped
+  std::uint32_t withheld_types_ = 0;  // bit (1 << MsgType)
+  std::vector<bool> withheld_to_;     // per node
+  // replay: what was seen
+  std::deque<Send> sent_;
+  std::deque<Message> received_;
+  std::uint64_t lies_ = 0;
+};
+
+}  // namespace bftfs::sim

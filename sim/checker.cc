@@ -1,0 +1,284 @@
+#include "sim/checker.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <limits>
+
+#include "common/crypto.h"
+#include "services/counter_service.h"
+
+namespace bftfs::sim {
+
+namespace {
+
+constexpr std::uint8_t kCounterOpIncrement = 1;  // services/counter_service.h: increment is u8 1
+constexpr std::uint8_t kCounterStatusOk = 0;
+constexpr std::uint8_t kCounterStatusBadToken = 1;
+
+std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* format, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  return buf;
+}
+
+unsigned long long ull(std::uint64_t v) { return static_cast<unsigned long long>(v); }
+
+}  // namespace
+
+std::string to_string(OpKind k) {
+  switch (k) {
+    case OpKind::kIncrement:
+      return "increment";
+    case OpKind::kRead:
+      return "read";
+    case OpKind::kNull:
+      return "null";
+  }
+  return "?";
+}
+
+Checker::Checker(bool counter) : counter_(counter) {}
+
+void Checker::fail(std::string what) {
+  if (violation_.empty()) violation_ = std::move(what);
+}
+
+void Checker::on_committed(NodeId replica, std::uint64_t seq, const Digest& digest) {
+  auto [it, inserted] = committed_.try_emplace(seq, digest, replica);
+  if (inserted || it->second.first == digest) return;
+  fail(fmt("agreement: seq %llu committed as %s by replica %u but as %s by replica %u", ull(seq),
+           it->second.first.short_hex().c_str(), it->second.second, digest.short_hex().c_str(), replica));
+}
+
+void Checker::on_final(NodeId replica, const ExecRecord& rec) {
+  const Key key{rec.client, rec.request_id};
+  auto [it, inserted] = finals_.try_emplace(key, Final{replica, rec.seq, rec.result_digest});
+  if (!inserted) {
+    const Final& first = it->second;
+    if (first.seq != rec.seq || first.result_digest != rec.result_digest) {
+      fail(fmt("agreed results: client %u request %llu executed at seq %llu with result %s by replica %u but at "
+               "seq %llu with result %s by replica %u",
+               rec.client, ull(rec.request_id), ull(first.seq), first.result_digest.short_hex().c_str(),
+               first.replica, ull(rec.seq), rec.result_digest.short_hex().c_str(), replica));
+    }
+    return;
+  }
+
+  if (counter_ && rec.op_kind == kCounterOpIncrement) {
+    CounterResult res;
+    if (!parse_counter_result(rec.result, res)) {
+      fail(fmt("counter: replica %u seq %llu: increment result of client %u request %llu does not parse",
+               replica, ull(rec.seq), rec.client, ull(rec.request_id)));
+      return;
+    }
+    if (res.status == kCounterStatusOk) {
+      auto [vit, fresh] = ok_values_.try_emplace(res.value, rec.seq, key);
+      if (!fresh) {
+        fail(fmt("counter integrity: value %llu returned to client %u request %llu (seq %llu) and to client %u "
+                 "request %llu (seq %llu)",
+                 ull(res.value), vit->second.second.first, ull(vit->second.second.second), ull(vit->second.first),
+                 rec.client, ull(rec.request_id), ull(rec.seq)));
+        return;
+      }
+      // Values grow with the agreed order: the next smaller value was executed at or before this seq and the
+      // next larger one at or after it.
+      if (vit != ok_values_.begin()) {
+        auto prev = std::prev(vit);
+        if (prev->second.first > rec.seq) {
+          fail(fmt("counter integrity: value %llu at seq %llu but smaller value %llu at later seq %llu",
+                   ull(res.value), ull(rec.seq), ull(prev->first), ull(prev->second.first)));
+        }
+      }
+      auto next = std::next(vit);
+      if (next != ok_values_.end() && next->second.first < rec.seq) {
+        fail(fmt("counter integrity: value %llu at seq %llu but larger value %llu at earlier seq %llu",
+                 ull(res.value), ull(rec.seq), ull(next->first), ull(next->second.first)));
+      }
+    }
+  }
+
+  auto pit = pending_.find(key);
+  if (pit != pending_.end()) {
+    if (pit->second.result_digest != rec.result_digest) {
+      fail(fmt("accepted result: client %u accepted %s for request %llu but the agreed result (seq %llu, "
+               "replica %u) is %s",
+               rec.client, pit->second.result_digest.short_hex().c_str(), ull(rec.request_id), ull(rec.seq),
+               replica, rec.result_digest.short_hex().c_str()));
+    }
+    pending_.erase(pit);
+  }
+}
+
+void Checker::on_submit(NodeId client, std::uint64_t request_id, OpKind kind, std::uint64_t step) {
+  auto [it, inserted] = ops_.try_emplace(Key{client, request_id});
+  if (!inserted) {
+    fail(fmt("client %u submitted request id %llu twice", client, ull(request_id)));
+    return;
+  }
+  it->second.kind = kind;
+  it->second.submit_step = step;
+}
+
+void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t step) {
+  const Key key{client, c.request_id};
+  auto it = ops_.find(key);
+  if (it == ops_.end()) {
+    fail(fmt("client %u completed request %llu that it never submitted", client, ull(c.request_id)));
+    return;
+  }
+  Op& op = it->second;
+  if (op.completed) {
+    fail(fmt("client %u completed request %llu twice", client, ull(c.request_id)));
+    return;
+  }
+  op.completed = true;
+  op.complete_step = step;
+  ++completions_;
+  const Digest digest = digest_of(c.result);
+
+  if (op.kind == OpKind::kRead) {
+    // Not in the agreed history when answered read-only (TOCS §5.1.3); checked by real time (property 5).
+    ++read_completions_;
+  } else {
+    auto fit = finals_.find(key);
+    if (fit != finals_.end()) {
+      if (fit->second.result_digest != digest) {
+        fail(fmt("accepted result: client %u accepted %s for request %llu but the agreed result (seq %llu, "
+                 "replica %u) is %s",
+                 client, digest.short_hex().c_str(), ull(c.request_id), ull(fit->second.seq), fit->second.replica,
+                 fit->second.result_digest.short_hex().c_str()));
+      }
+    } else {
+      pending_.emplace(key, Pending{digest, step});
+    }
+  }
+
+  if (counter_ && op.kind != OpKind::kNull) {
+    CounterResult res;
+    if (!parse_counter_result(c.result, res)) {
+      fail(fmt("client %u accepted a %s result for request %llu that does not parse", client,
+               to_string(op.kind).c_str(), ull(c.request_id)));
+      return;
+    }
+    const bool ok = res.status == kCounterStatusOk;
+    const bool bad_token = res.status == kCounterStatusBadToken && op.kind == OpKind::kIncrement;
+    if (!ok && !bad_token) {
+      fail(fmt("client %u request %llu: a well-formed %s got status %u", client, ull(c.request_id),
+               to_string(op.kind).c_str(), res.status));
+      return;
+    }
+    op.has_value = true;
+    op.value = res.value;
+    // An increment refused for its token changed nothing and reports the value it saw: for real-time order it
+    // is a read.
+    if (bad_token) op.kind = OpKind::kRead;
+  }
+}
+
+void Checker::check_real_time() {
+  struct Obs {
+    const Key* key;
+    const Op* op;
+  };
+  std::vector<Obs> incs;   // completed successful increments
+  std::vector<Obs> reads;  // completed reads (and refused increments)
+  for (const auto& [key, op] : ops_) {
+    if (!op.completed || !op.has_value) continue;
+    (op.kind == OpKind::kIncrement ? incs : reads).push_back(Obs{&key, &op});
+  }
+  const std::uint64_t max_value = ok_values_.empty() ? 0 : ok_values_.rbegin()->first;
+
+  // Lower bounds: sweep operations by submit step, folding in increments that completed before it.
+  std::vector<Obs> by_complete = incs;
+  std::sort(by_complete.begin(), by_complete.end(),
+            [](const Obs& a, const Obs& b) { return a.op->complete_step < b.op->complete_step; });
+  std::vector<Obs> all = incs;
+  all.insert(all.end(), reads.begin(), reads.end());
+  std::sort(all.begin(), all.end(),
+            [](const Obs& a, const Obs& b) { return a.op->submit_step < b.op->submit_step; });
+  std::size_t i = 0;
+  std::uint64_t lo = 0;
+  const Key* lo_key = nullptr;
+  for (const Obs& o : all) {
+    while (i < by_complete.size() && by_complete[i].op->complete_step < o.op->submit_step) {
+      if (lo_key == nullptr || by_complete[i].op->value > lo) {
+        lo = by_complete[i].op->value;
+        lo_key = by_complete[i].key;
+      }
+      ++i;
+    }
+    if (lo_key == nullptr) continue;
+    const bool inc = o.op->kind == OpKind::kIncrement;
+    if (inc ? o.op->value <= lo : o.op->value < lo) {
+      fail(fmt("linearizability: client %u %s %llu returned %llu but client %u request %llu had already "
+               "completed with value %llu before it was submitted",
+               o.key->first, to_string(o.op->kind).c_str(), ull(o.key->second), ull(o.op->value), lo_key->first,
+               ull(lo_key->second), ull(lo)));
+      return;
+    }
+  }
+
+  // Upper bounds for reads: increments submitted after the read completed are ordered after it.
+  std::vector<Obs> by_submit_desc = incs;
+  std::sort(by_submit_desc.begin(), by_submit_desc.end(),
+            [](const Obs& a, const Obs& b) { return a.op->submit_step > b.op->submit_step; });
+  std::sort(reads.begin(), reads.end(),
+            [](const Obs& a, const Obs& b) { return a.op->complete_step > b.op->complete_step; });
+  std::size_t j = 0;
+  std::uint64_t hi = std::numeric_limits<std::uint64_t>::max();
+  const Key* hi_key = nullptr;
+  for (const Obs& r : reads) {
+    while (j < by_submit_desc.size() && by_submit_desc[j].op->submit_step > r.op->complete_step) {
+      if (by_submit_desc[j].op->value < hi) {
+        hi = by_submit_desc[j].op->value;
+        hi_key = by_submit_desc[j].key;
+      }
+      ++j;
+    }
+    if (hi_key != nullptr && r.op->value >= hi) {
+      fail(fmt("linearizability: client %u read %llu returned %llu but client %u request %llu, submitted after "
+               "the read completed, returned %llu",
+               r.key->first, ull(r.key->second), ull(r.op->value), hi_key->first, ull(hi_key->second), ull(hi)));
+      return;
+    }
+    if (r.op->value > max_value) {
+      fail(fmt("linearizability: client %u read %llu returned %llu but only %llu increments were ever agreed",
+               r.key->first, ull(r.key->second), ull(r.op->value), ull(max_value)));
+      return;
+    }
+  }
+}
+
+void Checker::finish(const std::vector<std::pair<NodeId, std::uint64_t>>& counter_values) {
+  if (!pending_.empty()) {
+    const auto& [key, p] = *pending_.begin();
+    fail(fmt("accepted result: client %u accepted %s for request %llu but no correct replica ever executed it "
+             "finally (%zu such requests)",
+             key.first, p.result_digest.short_hex().c_str(), ull(key.second), pending_.size()));
+    return;
+  }
+  if (!counter_) return;
+  const std::uint64_t max_value = ok_values_.empty() ? 0 : ok_values_.rbegin()->first;
+  if (ok_values_.size() != max_value) {
+    fail(fmt("counter integrity: %zu successful increments in the agreed history but the largest value is %llu",
+             ok_values_.size(), ull(max_value)));
+    return;
+  }
+  for (const auto& [replica, value] : counter_values) {
+    if (value != max_value) {
+      fail(fmt("counter integrity: replica %u holds %llu after converging but the agreed history has %llu "
+               "successful increments",
+               replica, ull(value), ull(max_value)));
+      return;
+    }
+  }
+  check_real_time();
+}
+
+}  // namespace bftfs::sim

@@ -1,0 +1,110 @@
+// The simulator's checker: safety properties over the correct replicas and the clients, fed after every step.
+//
+// It knows nothing about replicas or the network: the simulator feeds it facts, so that it can be tested on
+// its own (tests/unit/test_sim.cc feeds it broken histories and expects it to object).
+//
+// Properties (the first breach is kept as the violation; the simulator stops at once and prints the trace):
+//   1. Agreement (TOCS §2.2 safety): every correct replica that committed seq s committed the same batch
+//      digest at s.
+//   2. Agreed results: every final execution (sim/recording_service.h) of a request (client, request id) at a
+//      correct replica has the same seq and the same result digest as at every other correct replica; a
+//      request is executed at most once in the agreed history (that is the same check: a second execution is
+//      at another seq or, for the counter, gives another result).
+//   3. Accepted results are agreed results: every ordered result a client accepted equals the final result of
+//      that request at the correct replicas. Checked when both are known; at finish() an accepted result with
+//      no final execution anywhere is a violation (a client accepted something the correct replicas never
+//      committed).
+//   4. Counter integrity (counter service only): every successful increment in the agreed history returns a
+//      distinct value, values grow with the sequence number, and at finish() the values are exactly 1..M with
+//      M the value every converged correct replica holds.
+//   5. Real-time order of counter operations (linearizability): an increment that completed before another
+//      operation was submitted is ordered before it, so
+//        - an increment's value exceeds the value of every increment that completed before it was submitted;
+//        - a read returns a value v with lo <= v < hi, where lo is the largest value of an increment completed
+//          before the read was submitted and hi the smallest value of an increment submitted after the read
+//          completed; and v <= M.
+//      This is sound for any linearizable counter: the counter's value at the read's linearization point is
+//      the number of increments linearized before it, which includes every increment completed before the
+//      read began and excludes every increment that began after it ended. It is checked with the clients'
+//      accepted values, which property 3 ties to the agreed history. It checks read-only reads (TOCS §5.1.3)
+//      that never enter the agreed history, and their ordered fallback.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "protocol/client.h"
+#include "sim/recording_service.h"
+
+namespace bftfs::sim {
+
+enum class OpKind : std::uint8_t { kIncrement, kRead, kNull };
+
+class Checker {
+ public:
+  // `counter`: the service is the counter (properties 4 and 5 apply).
+  explicit Checker(bool counter);
+
+  // Replica `replica` (correct) committed `digest` at `seq` (from Replica::committed_history()).
+  void on_committed(NodeId replica, std::uint64_t seq, const Digest& digest);
+  // An execution at correct replica `replica` became final.
+  void on_final(NodeId replica, const ExecRecord& rec);
+  // Client `client` submitted request `request_id`. `step` orders events in real time (strictly increasing
+  // across the whole run).
+  void on_submit(NodeId client, std::uint64_t request_id, OpKind kind, std::uint64_t step);
+  // Client `client` accepted `completion` at `step`.
+  void on_completion(NodeId client, const Completion& completion, std::uint64_t step);
+  // End of the run, after the liveness phase: properties that need the whole history. `counter_values` are
+  // the counter values held by the correct replicas once they converged (counter service only).
+  void finish(const std::vector<std::pair<NodeId, std::uint64_t>>& counter_values);
+
+  bool failed() const { return !violation_.empty(); }
+  const std::string& violation() const { return violation_; }
+
+  std::uint64_t max_committed_seq() const { return committed_.empty() ? 0 : committed_.rbegin()->first; }
+  std::uint64_t committed_seqs() const { return committed_.size(); }
+  std::uint64_t final_requests() const { return finals_.size(); }
+  std::uint64_t successful_increments() const { return ok_values_.size(); }
+  std::uint64_t completions() const { return completions_; }
+  std::uint64_t read_completions() const { return read_completions_; }
+  std::uint64_t pending_completions() const { return pending_.size(); }
+
+ private:
+  using Key = std::pair<NodeId, std::uint64_t>;  // (client, request id)
+  struct Final {
+    NodeId replica = 0;
+    std::uint64_t seq = 0;
+    Digest result_digest;
+  };
+  struct Op {
+    OpKind kind = OpKind::kNull;
+    std::uint64_t submit_step = 0;
+    bool completed = false;
+    std::uint64_t complete_step = 0;
+    bool has_value = false;  // a counter result with status ok
+    std::uint64_t value = 0;
+  };
+  struct Pending {
+    Digest result_digest;
+    std::uint64_t step = 0;
+  };
+  void fail(std::string what);
+  void check_real_time();
+
+  bool counter_;
+  std::string violation_;
+  std::map<std::uint64_t, std::pair<Digest, NodeId>> committed_;  // seq -> (digest, first replica seen)
+  std::map<Key, Final> finals_;
+  std::map<std::uint64_t, std::pair<std::uint64_t, Key>> ok_values_;  // value -> (seq, request)
+  std::map<Key, Op> ops_;
+  std::map<Key, Pending> pending_;  // accepted ordered results with no final execution yet
+  std::uint64_t completions_ = 0;
+  std::uint64_t read_completions_ = 0;
+};
+
+std::string to_string(OpKind k);
+
+}  // namespace bftfs::sim

@@ -1,0 +1,127 @@
+#include "sim/recording_service.h"
+
+#include "common/crypto.h"
+
+namespace bftfs::sim {
+
+RecordingService::RecordingService(Service& inner) : inner_(inner) {
+  committed_through_ = inner_.recovered_checkpoint().seq;
+  last_executed_seq_ = committed_through_;
+}
+
+void RecordingService::breach(std::string what) {
+  if (contract_error_.empty()) contract_error_ = std::move(what);
+}
+
+Bytes RecordingService::execute(const ExecContext& ctx, std::span<const std::uint8_t> op) {
+  if (installing_) breach("execute during a state install");
+  if (ctx.seq < last_executed_seq_) {
+    breach("execute at seq " + std::to_string(ctx.seq) + " after seq " + std::to_string(last_executed_seq_));
+  }
+  last_executed_seq_ = ctx.seq;
+  Bytes result = inner_.execute(ctx, op);
+  ExecRecord rec;
+  rec.seq = ctx.seq;
+  rec.client = ctx.client;
+  rec.request_id = ctx.request_id;
+  rec.op_kind = op.empty() ? 0 : op[0];
+  rec.result_digest = digest_of(result);
+  if (result.size() <= kRecordedResultBytesMax) rec.result = result;
+  if (ctx.seq <= committed_through_) {
+    // The engine may declare a seq committed before it executes it (commit_through names what is agreed,
+    // not what ran); such an execution is final at once.
+    final_.push_back(std::move(rec));
+  } else {
+    tentative_.push_back(std::move(rec));
+  }
+  return result;
+}
+
+bool RecordingService::execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) {
+  if (installing_) breach("read-only execute during a state install");
+  return inner_.execute_read_only(client, op, result);
+}
+
+void RecordingService::finalize_through(std::uint64_t seq) {
+  while (!tentative_.empty() && tentative_.front().seq <= seq) {
+    final_.push_back(std::move(tentative_.front()));
+    tentative_.pop_front();
+  }
+  if (seq > committed_through_) committed_through_ = seq;
+}
+
+void RecordingService::commit_through(std::uint64_t seq) {
+  finalize_through(seq);
+  inner_.commit_through(seq);
+}
+
+void RecordingService::rollback_to(std::uint64_t seq) {
+  if (seq < committed_through_) {
+    breach("rollback_to(" + std::to_string(seq) + ") below commit_through(" + std::to_string(committed_through_) +
+           ")");
+  }
+  bool dropped = false;
+  while (!tentative_.empty() && tentative_.back().seq > seq) {
+    tentative_.pop_back();
+    ++rolled_back_executions_;
+    dropped = true;
+  }
+  if (dropped) ++rollbacks_;
+  if (last_executed_seq_ > seq) last_executed_seq_ = seq;
+  inner_.rollback_to(seq);
+}
+
+CheckpointId RecordingService::checkpoint(std::uint64_t seq) {
+  if (!tentative_.empty() && tentative_.back().seq > seq) {
+    breach("checkpoint(" + std::to_string(seq) + ") with seq " + std::to_string(tentative_.back().seq) +
+           " executed");
+  }
+  // A checkpoint is taken only at a committed seq (service.h), so everything at or below it is final.
+  finalize_through(seq);
+  return inner_.checkpoint(seq);
+}
+
+void RecordingService::discard_checkpoints_below(std::uint64_t seq) { inner_.discard_checkpoints_below(seq); }
+
+CheckpointId RecordingService::recovered_checkpoint() const { return inner_.recovered_checkpoint(); }
+
+std::uint64_t RecordingService::partition_count() const { return inner_.partition_count(); }
+
+const PartitionTree& RecordingService::checkpoint_tree(std::uint64_t seq) const {
+  return inner_.checkpoint_tree(seq);
+}
+
+Bytes RecordingService::read_partition(std::uint64_t seq, std::uint64_t index) const {
+  return inner_.read_partition(seq, index);
+}
+
+void RecordingService::begin_install(std::uint64_t target_seq) {
+  installing_ = true;
+  inner_.begin_install(target_seq);
+}
+
+void RecordingService::install_partition(std::uint64_t index, std::span<const std::uint8_t> data) {
+  if (!installing_) breach("install_partition without begin_install");
+  inner_.install_partition(index, data);
+}
+
+CheckpointId RecordingService::finish_install(std::uint64_t target_seq) {
+  if (!installing_) breach("finish_install without begin_install");
+  installing_ = false;
+  CheckpointId id = inner_.finish_install(target_seq);
+  if (id.digest.is_zero()) return id;  // the service refused the state and kept its own (counter_service.cc)
+  // The state is now the agreed checkpoint at target_seq. Tentative executions belonged to a state that is
+  // gone: whether they matched the agreed history is unknown, so they are not evidence either way.
+  tentative_.clear();
+  if (target_seq > committed_through_) committed_through_ = target_seq;
+  last_executed_seq_ = target_seq;
+  return id;
+}
+
+std::vector<ExecRecord> RecordingService::take_final() {
+  std::vector<ExecRecord> out;
+  out.swap(final_);
+  return out;
+}
+
+}  // namespace bftfs::sim

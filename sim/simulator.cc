@@ -1,0 +1,1142 @@
+// The whole-cluster simulator (simulator.h). One Simulation object is one run of one seed.
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <csignal>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "common/assert.h"
+#include "common/crypto.h"
+#include "common/log.h"
+#include "common/prng.h"
+#include "protocol/client.h"
+#include "protocol/replica.h"
+#include "protocol/wire.h"
+#include "services/counter_service.h"
+#include "services/null_service.h"
+#include "sim/byzantine.h"
+#include "sim/checker.h"
+#include "sim/network.h"
+#include "sim/recording_service.h"
+
+namespace bftfs::sim {
+
+namespace {
+
+constexpr std::uint32_t kPpm = 1'000'000;
+constexpr std::uint32_t kClients = 3;
+constexpr std::uint64_t kLivenessOps = 3;       // requests each client must complete after the network heals
+constexpr std::uint32_t kPipelineWindow = 8;     // requests in flight of the pipelining client (null variant)
+constexpr std::uint64_t kArmedCrashTicksMax = 40;  // a crash "between persist and send" waits this long at most
+constexpr std::uint64_t kConvergeGraceTicks = 3000;  // liveness: time for the replicas to converge after clients
+constexpr std::uint64_t kSettleTicks = 1000;         // liveness: time for the others to execute the further request
+
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* format, ...) {
+  char buf[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  return buf;
+}
+
+unsigned long long ull(std::uint64_t v) { return static_cast<unsigned long long>(v); }
+
+// A violation found while stepping: unwinds the run to Simulation::run.
+struct Violation {
+  std::string what;
+};
+
+enum class Mode { kCalm, kNetwork, kCrash, kAllCrash, kByzantine };
+
+const char* to_string(Mode m) {
+  switch (m) {
+    case Mode::kCalm:
+      return "calm";
+    case Mode::kNetwork:
+      return "network";
+    case Mode::kCrash:
+      return "crash";
+    case Mode::kAllCrash:
+      return "all-crash";
+    case Mode::kByzantine:
+      return "byzantine";
+  }
+  return "?";
+}
+
+// Everything the seed decides before the run starts. Drawn from its own Prng so that the scenario of a seed
+// does not depend on the run's dynamics.
+struct Scenario {
+  Mode mode = Mode::kCalm;
+  std::uint32_t f = 1;
+  std::uint32_t n = 4;
+  std::uint32_t clients = kClients;
+  bool counter = true;
+  bool pipelining_client = false;  // null variant: the last client keeps several requests in flight
+  std::vector<std::pair<NodeId, Strategy>> byzantine;
+  std::uint32_t crash_ppm = 0;  // per tick
+  std::uint64_t downtime_min = 20;
+  std::uint64_t downtime_max = 400;
+  std::uint64_t all_crash_tick = 0;  // Mode::kAllCrash
+  NetworkOptions net;
+  std::uint32_t partition_ppm = 0;
+  std::uint32_t slow_ppm = 0;
+  std::uint32_t read_percent = 20;
+  std::uint32_t think_ticks_max = 10;
+  ReplicaOptions replica;
+  ClientOptions client;
+
+  std::string describe() const {
+    std::string byz;
+    for (const auto& [id, s] : byzantine) byz += fmt("%s%u:%s", byz.empty() ? "" : ",", id, std::string(to_string(s)).c_str());
+    return fmt("mode=%s f=%u n=%u clients=%u%s service=%s byz=[%s] crash=%uppm net=delay%u-%u loss=%uppm "
+               "dup=%uppm partition=%uppm slow=%uppm K=%llu L=%llu batch=%u/%u tentative=%d vc_timeout=%u "
+               "status=%u digests=%d",
+               to_string(mode), f, n, clients, pipelining_client ? "+pipelining" : "",
+               counter ? "counter" : "null", byz.c_str(), crash_ppm, net.delay_min_ticks, net.delay_max_ticks,
+               net.loss_ppm, net.duplicate_ppm, partition_ppm, slow_ppm, ull(replica.checkpoint_interval),
+               ull(replica.log_window), replica.batch_requests_max, replica.batch_window,
+               replica.tentative_execution ? 1 : 0, replica.view_change_timeout_ticks,
+               replica.status_interval_ticks, client.use_reply_digests ? 1 : 0);
+  }
+};
+
+bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
+  Prng p(mix(c.seed, 0x5CE7A210));
+  s.f = c.f != 0 ? c.f : (p.chance(1, 5) ? 2 : 1);
+  if (s.f > 21) {
+    error = "f must be at most 21";
+    return false;
+  }
+  s.n = 3 * s.f + 1;
+
+  std::string name = c.scenario.empty() ? "random" : c.scenario;
+  Strategy forced = Strategy::kNone;
+  bool null_variant = p.chance(1, 5);
+  if (name == "null") {
+    null_variant = true;
+    name = "random";
+  } else if (name == "counter") {
+    null_variant = false;
+    name = "random";
+  }
+  if (name == "random") {
+    const std::uint64_t r = p.below(100);
+    if (r < 5) {
+      s.mode = Mode::kCalm;
+    } else if (r < 20) {
+      s.mode = Mode::kNetwork;
+    } else if (r < 45 || (!c.byzantine && r >= 55)) {
+      s.mode = Mode::kCrash;
+    } else if (r < 55) {
+      s.mode = Mode::kAllCrash;
+    } else {
+      s.mode = Mode::kByzantine;
+    }
+  } else if (name == "calm") {
+    s.mode = Mode::kCalm;
+  } else if (name == "network") {
+    s.mode = Mode::kNetwork;
+  } else if (name == "crash") {
+    s.mode = Mode::kCrash;
+  } else if (name == "all-crash") {
+    s.mode = Mode::kAllCrash;
+  } else if (name == "byzantine") {
+    s.mode = Mode::kByzantine;
+  } else if (parse_strategy(name, forced) && forced != Strategy::kNone && forced != Strategy::kCount) {
+    s.mode = Mode::kByzantine;
+  } else {
+    error = "unknown scenario '" + name + "'";
+    return false;
+  }
+  if (s.mode == Mode::kByzantine && !c.byzantine) {
+    error = "scenario '" + name + "' needs Byzantine replicas";
+    return false;
+  }
+  s.counter = !null_variant;
+  s.pipelining_client = null_variant;
+  s.clients = kClients + (s.pipelining_client ? 1 : 0);
+
+  // Replica and client parameters: small checkpoint intervals so that checkpoints, garbage collection and
+  // state transfer happen within a short run.
+  ReplicaOptions& ro = s.replica;
+  ro.n = s.n;
+  ro.f = s.f;
+  ro.checkpoint_interval = std::uint64_t{8} << p.below(3);  // 8, 16, 32
+  ro.log_window = ro.checkpoint_interval * (p.chance(1, 2) ? 2 : 4);
+  const std::uint32_t batch_sizes[] = {1, 4, 16};
+  ro.batch_requests_max = batch_sizes[p.below(3)];
+  ro.batch_window = static_cast<std::uint32_t>(p.below(3));
+  ro.tentative_execution = p.chance(7, 10);
+  ro.client_window = 16;
+  ro.view_change_timeout_ticks = static_cast<std::uint32_t>(p.range(80, 250));
+  ro.view_change_timeout_ticks_max = ro.view_change_timeout_ticks * 8;
+  ro.status_interval_ticks = static_cast<std::uint32_t>(p.range(20, 60));
+  ro.fetch_retry_ticks = static_cast<std::uint32_t>(p.range(20, 50));
+
+  ClientOptions& co = s.client;
+  co.n = s.n;
+  co.f = s.f;
+  co.window = 1;
+  co.retransmit_ticks = static_cast<std::uint32_t>(p.range(60, 200));
+  co.retransmit_ticks_max = 1600;
+  co.first_request_id = 1;
+  co.use_reply_digests = p.chance(7, 10);
+
+  // Network.
+  s.net.delay_min_ticks = static_cast<std::uint32_t>(p.range(1, 2));
+  const std::uint32_t spreads[] = {2, 5, 10, 20};
+  s.net.delay_max_ticks = s.net.delay_min_ticks + spreads[p.below(4)];
+  if (s.mode != Mode::kCalm) {
+    const std::uint32_t losses[] = {0, 10'000, 30'000, 100'000};
+    const std::uint32_t dups[] = {0, 10'000, 50'000};
+    s.net.loss_ppm = losses[p.below(4)];
+    s.net.duplicate_ppm = dups[p.below(3)];
+    const std::uint32_t parts[] = {0, 1'000, 3'000};
+    s.partition_ppm = parts[p.below(3)];
+    s.slow_ppm = p.chance(1, 2) ? 2'000 : 0;
+  }
+  s.read_percent = s.counter ? static_cast<std::uint32_t>(p.range(0, 40)) : 0;
+  s.think_ticks_max = static_cast<std::uint32_t>(p.range(0, 20));
+
+  // Faults.
+  if (s.mode == Mode::kCrash || s.mode == Mode::kByzantine) {
+    const std::uint32_t rates[] = {1'250, 3'000, 6'000};  // one crash per 800, 333 or 167 ticks
+    s.crash_ppm = s.mode == Mode::kCrash || p.chance(1, 2) ? rates[p.below(3)] : 0;
+  }
+  if (s.mode == Mode::kAllCrash) {
+    s.all_crash_tick = c.fault_ticks / 4 + p.below(std::max<std::uint64_t>(c.fault_ticks / 2, 1));
+  }
+  if (s.mode == Mode::kByzantine) {
+    const std::uint32_t count = s.f >= 2 && p.chance(1, 2) ? 2 : 1;
+    std::set<NodeId> used;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      Strategy st = forced;
+      if (st == Strategy::kNone) {
+        st = static_cast<Strategy>(1 + p.below(static_cast<std::uint64_t>(Strategy::kCount) - 1));
+      }
+      // Primary-only strategies take the primaries of the first views, in order; others any free replica.
+      NodeId id = 0;
+      if (wants_primary(st)) {
+        while (used.count(id) != 0) ++id;
+      } else {
+        do {
+          id = static_cast<NodeId>(p.below(s.n));
+        } while (used.count(id) != 0);
+      }
+      used.insert(id);
+      s.byzantine.emplace_back(id, st);
+    }
+  }
+  return true;
+}
+
+// What a correct replica promised must be backed by its durable records ("durable before sent", effects.h):
+// the index of those records.
+struct PromiseIndex {
+  std::set<std::tuple<std::uint64_t, std::uint64_t, Digest>> pre_prepared;  // (view, seq, batch digest)
+  std::set<std::tuple<std::uint64_t, std::uint64_t, Digest>> prepared;
+  std::set<std::pair<std::uint64_t, Digest>> checkpoints;
+  std::set<std::uint64_t> view_changes;  // views for which a ViewRecord{in_view_change} was persisted
+
+  void add(const PersistRecord& rec) {
+    if (const auto* r = std::get_if<PrePrepareRecord>(&rec)) pre_prepared.emplace(r->view, r->seq, r->batch.digest());
+    if (const auto* r = std::get_if<PreparedRecord>(&rec)) prepared.emplace(r->view, r->seq, r->digest);
+    if (const auto* r = std::get_if<CheckpointRecord>(&rec)) checkpoints.emplace(r->seq, r->digest);
+    if (const auto* r = std::get_if<ViewRecord>(&rec)) {
+      if (r->in_view_change) view_changes.insert(r->view);
+    }
+  }
+};
+
+struct ReplicaNode {
+  NodeId id = 0;
+  std::unique_ptr<Crypto> crypto;
+  MemorySnapshotStore store;         // survives crashes
+  std::vector<PersistRecord> log;    // survives crashes: the durable records, in order
+  PromiseIndex promises;
+  std::unique_ptr<Service> service;  // the incarnation's service (CounterService or NullService)
+  CounterService* counter = nullptr;
+  std::unique_ptr<RecordingService> recording;
+  std::unique_ptr<Replica> replica;
+  std::unique_ptr<Byzantine> byz;
+  std::uint64_t incarnation = 0;
+  std::uint64_t clock_skew_ns = 0;
+  bool up = false;
+  std::uint64_t restart_tick = 0;
+  bool armed = false;  // crash at the next persist, before its sends go out
+  std::uint64_t armed_deadline = 0;
+  ReplicaStats past;  // stats of earlier incarnations
+  std::uint64_t past_service_rollbacks = 0;
+};
+
+struct ClientNode {
+  NodeId id = 0;
+  std::unique_ptr<Crypto> crypto;
+  std::unique_ptr<Client> client;
+  bool pipelining = false;
+  std::uint64_t token = 0;
+  std::map<std::uint64_t, OpKind> outstanding;
+  std::uint64_t next_submit_tick = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t completed_after_heal = 0;
+  std::uint64_t newest_completed = 0;  // highest request id completed
+  bool stopped = false;
+};
+
+void add_stats(ReplicaStats& into, const ReplicaStats& s) {
+  into.requests_executed += s.requests_executed;
+  into.batches_committed += s.batches_committed;
+  into.read_only_executed += s.read_only_executed;
+  into.view_changes_started += s.view_changes_started;
+  into.new_views_installed += s.new_views_installed;
+  into.state_transfers += s.state_transfers;
+  into.state_transfer_bytes += s.state_transfer_bytes;
+  into.rollbacks += s.rollbacks;
+  into.rejected_bad_authenticator += s.rejected_bad_authenticator;
+  into.rejected_bad_signature += s.rejected_bad_signature;
+  into.rejected_out_of_window += s.rejected_out_of_window;
+  into.rejected_wrong_view += s.rejected_wrong_view;
+  into.rejected_conflict += s.rejected_conflict;
+  into.rejected_invalid += s.rejected_invalid;
+}
+
+// " [c4r7 c5r2 ...]": the requests of a batch (the first few).
+std::string describe_batch(const Batch& b) {
+  std::string out = " [";
+  for (std::size_t i = 0; i < b.requests.size() && i < 6; ++i) {
+    out += fmt("%sc%ur%llu", i == 0 ? "" : " ", b.requests[i].client, ull(b.requests[i].request_id));
+  }
+  if (b.requests.size() > 6) out += fmt(" +%zu", b.requests.size() - 6);
+  return out + "]";
+}
+
+std::string describe(const Message& m) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, Request>) {
+          return fmt("REQUEST c%u r%llu%s", x.client, ull(x.request_id), x.read_only() ? " ro" : "");
+        } else if constexpr (std::is_same_v<T, PrePrepare>) {
+          return fmt("PRE-PREPARE v%llu s%llu", ull(x.view), ull(x.seq)) + describe_batch(x.batch);
+        } else if constexpr (std::is_same_v<T, Prepare>) {
+          return fmt("PREPARE v%llu s%llu %s", ull(x.view), ull(x.seq), x.digest.short_hex().c_str());
+        } else if constexpr (std::is_same_v<T, Commit>) {
+          return fmt("COMMIT v%llu s%llu %s", ull(x.view), ull(x.seq), x.digest.short_hex().c_str());
+        } else if constexpr (std::is_same_v<T, Reply>) {
+          return fmt("REPLY v%llu c%u r%llu flags=%x %s", ull(x.view), x.client, ull(x.request_id), x.flags,
+                     x.result_digest.short_hex().c_str());
+        } else if constexpr (std::is_same_v<T, Checkpoint>) {
+          return fmt("CHECKPOINT s%llu %s", ull(x.seq), x.state_digest.short_hex().c_str());
+        } else if constexpr (std::is_same_v<T, ViewChange>) {
+          return fmt("VIEW-CHANGE v%llu r%u h=%llu C=%zu P=%zu Q=%zu", ull(x.new_view), x.replica,
+                     ull(x.stable_seq), x.checkpoints.size(), x.prepared.size(), x.pre_prepared.size());
+        } else if constexpr (std::is_same_v<T, NewView>) {
+          return fmt("NEW-VIEW v%llu S=%zu", ull(x.view), x.view_changes.size());
+        } else if constexpr (std::is_same_v<T, Status>) {
+          return fmt("STATUS v%llu%s h=%llu e=%llu c=%llu", ull(x.view), x.in_view_change ? " vc" : "",
+                     ull(x.stable_seq), ull(x.last_executed), ull(x.last_committed));
+        } else if constexpr (std::is_same_v<T, FetchBatch>) {
+          return fmt("FETCH-BATCH s%llu %s", ull(x.seq), x.digest.short_hex().c_str());
+        } else if constexpr (std::is_same_v<T, BatchData>) {
+          return fmt("BATCH-DATA s%llu", ull(x.seq)) + describe_batch(x.batch);
+        } else if constexpr (std::is_same_v<T, FetchState>) {
+          return fmt("FETCH-STATE s%llu l%u i%llu", ull(x.checkpoint_seq), x.level, ull(x.index));
+        } else if constexpr (std::is_same_v<T, StateNode>) {
+          return fmt("STATE-NODE s%llu l%u i%llu n=%zu", ull(x.checkpoint_seq), x.level, ull(x.index),
+                     x.children.size());
+        } else {
+          return fmt("STATE-LEAF s%llu i%llu %zuB", ull(x.checkpoint_seq), ull(x.index), x.data.size());
+        }
+      },
+      m);
+}
+
+class Simulation;
+Simulation* g_running = nullptr;  // for the SIGABRT handler: the run whose trace to print
+
+class Simulation {
+ public:
+  explicit Simulation(const SimConfig& config) : config_(config), prng_(mix(config.seed, 0xFA17)), net_prng_(mix(config.seed, 0x4E7)) {}
+
+  SimResult run();
+  // Called from the SIGABRT handler: the header and the trace, on stderr.
+  void dump_on_abort() const;
+
+ private:
+  enum class Phase { kSetup, kFault, kLiveness, kFinish };
+
+  void setup();
+  void start_replica(ReplicaNode& r, bool recovering);
+  void crash_replica(ReplicaNode& r, const char* how);
+  void append_record(ReplicaNode& r, const PersistRecord& rec);
+  void drain_replica(ReplicaNode& r);
+  void drain_client(ClientNode& c);
+  void check_promise(const ReplicaNode& r, const Send& send);
+  void route(NodeId from, const Send& send, const Crypto& crypto, Byzantine* byz);
+  void deliver(Packet& p);
+  void after_replica_step(ReplicaNode& r);
+  void tick_once();
+  void faults();
+  void workload(ClientNode& c);
+  // Submits the client's next operation (a read with the scenario's odds when allow_read).
+  void submit_one(ClientNode& c, bool allow_read);
+  bool at_target(const ReplicaNode& r, std::uint64_t target) const;
+  std::uint64_t target_seq() const;
+  void on_completion(ClientNode& c, const Completion& comp);
+  void start_liveness();
+  bool clients_done() const;
+  bool converged(std::string* why) const;
+  void finish();
+  void collect_stats();
+
+  [[noreturn]] void fail(const std::string& what);
+  void event(const std::string& line);
+  void on_log(LogLevel level, std::string_view line);
+  std::string trace_text() const;
+  const char* phase_name() const;
+  bool correct(const ReplicaNode& r) const { return r.byz == nullptr; }
+  std::uint32_t faulty_now() const;
+
+  SimConfig config_;
+  Scenario sc_;
+  Prng prng_;      // faults and workload
+  Prng net_prng_;  // the network's own choices
+  std::unique_ptr<Network> net_;
+  std::unique_ptr<Checker> checker_;
+  std::vector<std::unique_ptr<ReplicaNode>> replicas_;
+  std::vector<std::unique_ptr<ClientNode>> clients_;
+  std::uint32_t nodes_ = 0;
+  std::uint64_t now_ = 0;
+  std::uint64_t step_ = 0;
+  Phase phase_ = Phase::kSetup;
+  std::uint64_t partition_end_ = 0;
+  struct SlowLink {
+    NodeId from, to;
+    std::uint64_t until;
+  };
+  std::vector<SlowLink> slow_;
+  std::uint64_t liveness_start_ = 0;
+  std::vector<std::string> trace_;  // ring of the last events
+  std::size_t trace_next_ = 0;
+  std::string log_error_;
+  SimStats stats_;
+  std::uint64_t fingerprint_ = 0xCBF29CE484222325ull;
+};
+
+void Simulation::event(const std::string& line) {
+  std::string full = fmt("t=%llu #%llu ", ull(now_), ull(step_)) + line;
+  if (config_.verbose) std::printf("%s\n", full.c_str());
+  if (config_.trace_events == 0) return;
+  if (trace_.size() < config_.trace_events) {
+    trace_.push_back(std::move(full));
+  } else {
+    trace_[trace_next_] = std::move(full);
+    trace_next_ = (trace_next_ + 1) % trace_.size();
+  }
+}
+
+std::string Simulation::trace_text() const {
+  std::string out;
+  for (std::size_t i = 0; i < trace_.size(); ++i) {
+    out += "    ";
+    out += trace_[(trace_next_ + i) % trace_.size()];
+    out += '\n';
+  }
+  return out;
+}
+
+const char* Simulation::phase_name() const {
+  switch (phase_) {
+    case Phase::kSetup:
+      return "setup";
+    case Phase::kFault:
+      return "fault";
+    case Phase::kLiveness:
+      return "liveness";
+    case Phase::kFinish:
+      return "finish";
+  }
+  return "?";
+}
+
+void Simulation::fail(const std::string& what) { throw Violation{what}; }
+
+void Simulation::on_log(LogLevel level, std::string_view line) {
+  if (level == LogLevel::kError) {
+    ++stats_.log_errors;
+    // House style: an ERROR line fails a test run unless the test expects it.
+    if (log_error_.empty()) log_error_ = std::string(line);
+  } else if (level == LogLevel::kWarn) {
+    ++stats_.log_warnings;
+  }
+  event("log " + std::string(line));
+}
+
+void Simulation::dump_on_abort() const {
+  std::fprintf(stderr, "ABORT seed=%llu step=%llu tick=%llu phase=%s\n  scenario: %s\n  last events:\n%s",
+               ull(config_.seed), ull(step_), ull(now_), phase_name(), sc_.describe().c_str(),
+               trace_text().c_str());
+  std::fflush(stderr);
+}
+
+std::uint32_t Simulation::faulty_now() const {
+  std::uint32_t faulty = 0;
+  for (const auto& r : replicas_) faulty += (!r->up || r->armed || r->byz) ? 1 : 0;
+  return faulty;
+}
+
+void Simulation::setup() {
+  std::string error;
+  if (!make_scenario(config_, sc_, error)) fail("bad configuration: " + error);
+  nodes_ = sc_.n + sc_.clients;
+  net_ = std::make_unique<Network>(nodes_, sc_.net, net_prng_);
+  checker_ = std::make_unique<Checker>(sc_.counter);
+
+  std::map<NodeId, PublicKeys> pubs;
+  std::vector<SecretKeys> secs(nodes_);
+  for (NodeId id = 0; id < nodes_; ++id) generate_keys_from_seed(config_.seed, id, pubs[id], secs[id]);
+
+  for (NodeId id = 0; id < sc_.n; ++id) {
+    auto r = std::make_unique<ReplicaNode>();
+    r->id = id;
+    r->crypto = std::make_unique<Crypto>(id, secs[id], pubs);
+    r->clock_skew_ns = prng_.below(5'000'000);
+    replicas_.push_back(std::move(r));
+  }
+  for (const auto& [id, strategy] : sc_.byzantine) {
+    ReplicaNode& r = *replicas_[id];
+    r.byz = std::make_unique<Byzantine>(strategy, id, sc_.n, nodes_, *r.crypto, mix(config_.seed, 0xB12 + id),
+                                        sc_.replica.log_window);
+  }
+  stats_.byzantine_replicas = sc_.byzantine.size();
+  for (std::uint32_t j = 0; j < sc_.clients; ++j) {
+    auto c = std::make_unique<ClientNode>();
+    c->id = sc_.n + j;
+    c->crypto = std::make_unique<Crypto>(c->id, secs[c->id], pubs);
+    c->pipelining = sc_.pipelining_client && j + 1 == sc_.clients;
+    ClientOptions co = sc_.client;
+    if (c->pipelining) co.window = kPipelineWindow;
+    c->client = std::make_unique<Client>(co, c->id, *c->crypto, mix(config_.seed, 0xC11 + c->id));
+    c->token = counter_initial_token(c->id);
+    clients_.push_back(std::move(c));
+  }
+  event("scenario " + sc_.describe());
+  for (auto& r : replicas_) start_replica(*r, false);
+}
+
+void Simulation::start_replica(ReplicaNode& r, bool recovering) {
+  BFT_ASSERT(!r.up);
+  ++r.incarnation;
+  net_->kill(r.id);  // nothing sent to it while it was down arrives at the new incarnation
+  if (sc_.counter) {
+    auto svc = std::make_unique<CounterService>(&r.store);
+    r.counter = svc.get();
+    r.service = std::move(svc);
+  } else {
+    r.counter = nullptr;
+    r.service = std::make_unique<NullService>(&r.store);
+  }
+  r.recording = std::make_unique<RecordingService>(*r.service);
+  r.replica = std::make_unique<Replica>(sc_.replica, r.id, *r.recording, *r.crypto,
+                                        mix(config_.seed, r.id * 1000 + r.incarnation));
+  if (r.byz) {
+    Byzantine* b = r.byz.get();
+    r.replica->set_effects_filter([b](Effects& e) { b->filter(e); });
+  }
+  r.up = true;
+  r.armed = false;
+  if (recovering) {
+    event(fmt("restart r%u incarnation %llu log=%zu records", r.id, ull(r.incarnation), r.log.size()));
+    ++step_;
+    r.replica->recover(r.log);
+    drain_replica(r);
+    after_replica_step(r);
+  }
+}
+
+void Simulation::crash_replica(ReplicaNode& r, const char* how) {
+  BFT_ASSERT(r.up);
+  add_stats(r.past, r.replica->stats());
+  r.past_service_rollbacks += r.recording->rollbacks();
+  // The core first (it refers to the service), then the service; the store and the log stay.
+  r.replica.reset();
+  r.recording.reset();
+  r.counter = nullptr;
+  r.service.reset();
+  r.up = false;
+  r.armed = false;
+  net_->kill(r.id);
+  r.restart_tick = now_ + prng_.range(sc_.downtime_min, sc_.downtime_max);
+  ++stats_.crashes;
+  event(fmt("crash r%u (%s), restart at t=%llu", r.id, how, ull(r.restart_tick)));
+}
+
+void Simulation::append_record(ReplicaNode& r, const PersistRecord& rec) {
+  r.log.push_back(rec);
+  r.promises.add(rec);
+}
+
+void Simulation::check_promise(const ReplicaNode& r, const Send& send) {
+  const PromiseIndex& p = r.promises;
+  const Message& m = send.message;
+  std::string broken;
+  if (const auto* x = std::get_if<PrePrepare>(&m)) {
+    if (p.pre_prepared.count({x->view, x->seq, x->batch.digest()}) == 0) broken = "no PrePrepareRecord";
+  } else if (const auto* x = std::get_if<Prepare>(&m)) {
+    if (p.pre_prepared.count({x->view, x->seq, x->digest}) == 0) broken = "no PrePrepareRecord";
+  } else if (const auto* x = std::get_if<Commit>(&m)) {
+    if (p.prepared.count({x->view, x->seq, x->digest}) == 0) broken = "no PreparedRecord";
+  } else if (const auto* x = std::get_if<Checkpoint>(&m)) {
+    if (p.checkpoints.count({x->seq, x->state_digest}) == 0) broken = "no CheckpointRecord";
+  } else if (const auto* x = std::get_if<ViewChange>(&m)) {
+    if (x->replica == r.id && p.view_changes.count(x->new_view) == 0) broken = "no ViewRecord{in_view_change}";
+  }
+  if (!broken.empty()) {
+    fail(fmt("durable before sent: replica %u sent %s to %u with %s behind it", r.id, describe(m).c_str(),
+             send.to, broken.c_str()));
+  }
+}
+
+void Simulation::drain_replica(ReplicaNode& r) {
+  Effects e = r.replica->take_effects();
+  if (e.empty()) return;
+  if (r.armed && !e.persist.empty()) {
+    // The crash comes after the records reached the disk and before any send left: the promises were never
+    // made. Sometimes the tail of this write is lost too (a torn write), which is also before any send.
+    std::size_t keep = e.persist.size();
+    if (prng_.chance(1, 3)) keep = prng_.below(e.persist.size() + 1);
+    for (std::size_t i = 0; i < keep; ++i) append_record(r, e.persist[i]);
+    ++stats_.crashes_between_persist_and_send;
+    if (keep < e.persist.size()) ++stats_.torn_persists;
+    crash_replica(r, fmt("after persisting %zu of %zu records, before %zu sends", keep, e.persist.size(),
+                         e.sends.size())
+                         .c_str());
+    return;
+  }
+  for (const auto& rec : e.persist) append_record(r, rec);
+  for (const auto& s : e.sends) {
+    if (correct(r)) check_promise(r, s);
+    route(r.id, s, *r.crypto, r.byz.get());
+  }
+}
+
+void Simulation::drain_client(ClientNode& c) {
+  Effects e = c.client->take_effects();
+  if (!e.persist.empty()) fail(fmt("client %u asked to persist records", c.id));
+  for (const auto& s : e.sends) route(c.id, s, *c.crypto, nullptr);
+  for (const auto& comp : c.client->take_completions()) on_completion(c, comp);
+}
+
+void Simulation::route(NodeId from, const Send& send, const Crypto& crypto, Byzantine* byz) {
+  auto put = [&](NodeId to, Bytes frame) {
+    if (byz != nullptr) byz->mangle(frame);
+    net_->send(from, to, std::move(frame), now_);
+  };
+  if (send.to == kAllReplicas) {
+    const Bytes unsealed = encode_unsealed(send.message, from);
+    for (NodeId to = 0; to < sc_.n; ++to) {
+      if (to != from) put(to, seal_for(unsealed, to, crypto));
+    }
+    return;
+  }
+  if (send.to == from || send.to >= nodes_) {
+    if (byz == nullptr) fail(fmt("node %u sent %s to node %u", from, describe(send.message).c_str(), send.to));
+    return;
+  }
+  put(send.to, encode_frame(send.message, from, send.to, crypto));
+}
+
+void Simulation::deliver(Packet& p) {
+  ++step_;
+  const bool to_replica = p.to < sc_.n;
+  const Crypto& crypto = to_replica ? *replicas_[p.to]->crypto : *clients_[p.to - sc_.n]->crypto;
+  Decoded d = decode_frame(p.frame, sc_.n, crypto);
+  fingerprint_ = mix(fingerprint_, (now_ << 16) ^ (std::uint64_t{p.from} << 8) ^ p.to);
+  if (p.frame.size() >= kMacBytes) {
+    std::uint64_t tail = 0;
+    for (std::size_t i = 0; i < 8; ++i) tail = (tail << 8) | p.frame[p.frame.size() - 1 - i];
+    fingerprint_ = mix(fingerprint_, tail);
+  }
+  if (!d.ok()) {
+    ++stats_.frames_rejected;
+    const auto reason = static_cast<std::size_t>(d.reject);
+    ++stats_.rejected_by_reason[reason < kRejectSlots ? reason : kRejectSlots - 1];
+    event(fmt("reject %u->%u %zuB: %s", p.from, p.to, p.frame.size(), std::string(to_string(d.reject)).c_str()));
+    return;
+  }
+  if (to_replica && !replicas_[p.to]->up) {
+    // Sent while the replica was down (to its next incarnation): the process is not there to receive it.
+    event(fmt("drop %u->%u %s: replica down", d.sender, p.to, describe(d.message).c_str()));
+    return;
+  }
+  event(fmt("deliver %u->%u %s", d.sender, p.to, describe(d.message).c_str()));
+  if (to_replica) {
+    ReplicaNode& r = *replicas_[p.to];
+    if (r.byz) r.byz->observe(d.sender, d.message);
+    r.replica->on_message(d.sender, d.message);
+    drain_replica(r);
+    after_replica_step(r);
+  } else {
+    ClientNode& c = *clients_[p.to - sc_.n];
+    c.client->on_message(d.sender, d.message);
+    drain_client(c);
+  }
+}
+
+void Simulation::after_replica_step(ReplicaNode& r) {
+  if (!r.up) return;  // crashed while draining: its pre-crash steps were checked already
+  r.replica->check_invariants();
+  if (!correct(r)) {
+    r.replica->trim_history();
+    (void)r.recording->take_final();
+  } else {
+    for (const auto& b : r.replica->committed_history()) checker_->on_committed(r.id, b.seq, b.digest);
+    r.replica->trim_history();
+    for (const auto& rec : r.recording->take_final()) {
+      if (config_.verbose) {
+        event(fmt("final r%u s%llu c%u r%llu %s", r.id, ull(rec.seq), rec.client, ull(rec.request_id),
+                  rec.result_digest.short_hex().c_str()));
+      }
+      checker_->on_final(r.id, rec);
+    }
+    if (!r.recording->contract_error().empty()) {
+      fail(fmt("service contract: replica %u: %s", r.id, r.recording->contract_error().c_str()));
+    }
+  }
+  if (checker_->failed()) fail(checker_->violation());
+  if (!log_error_.empty()) fail("ERROR logged: " + log_error_);
+}
+
+void Simulation::on_completion(ClientNode& c, const Completion& comp) {
+  checker_->on_completion(c.id, comp, step_);
+  auto it = c.outstanding.find(comp.request_id);
+  OpKind kind = OpKind::kNull;
+  if (it != c.outstanding.end()) {
+    kind = it->second;
+    c.outstanding.erase(it);
+  }
+  std::string detail;
+  if (sc_.counter) {
+    CounterResult res;
+    if (parse_counter_result(comp.result, res)) {
+      detail = fmt(" status=%u value=%llu", res.status, ull(res.value));
+      // The next increment presents the token of this reply (a refused one tells the token to use).
+      if (kind == OpKind::kIncrement) c.token = res.next_token;
+    }
+  }
+  event(fmt("complete c%u r%llu %s v%llu%s%s", c.id, ull(comp.request_id), to_string(kind).c_str(), ull(comp.view),
+            comp.read_only ? " read-only" : "", detail.c_str()));
+  ++c.completed;
+  c.newest_completed = std::max(c.newest_completed, comp.request_id);
+  if (phase_ == Phase::kLiveness) ++c.completed_after_heal;
+  c.next_submit_tick = now_ + prng_.below(std::uint64_t{sc_.think_ticks_max} + 1);
+  if (checker_->failed()) fail(checker_->violation());
+}
+
+void Simulation::workload(ClientNode& c) {
+  if (c.stopped) return;
+  if (phase_ == Phase::kLiveness && c.completed_after_heal >= kLivenessOps) {
+    c.stopped = true;
+    return;
+  }
+  const std::size_t window = c.pipelining ? kPipelineWindow : 1;
+  while (c.client->in_flight() < window && now_ >= c.next_submit_tick) submit_one(c, true);
+}
+
+void Simulation::submit_one(ClientNode& c, bool allow_read) {
+  Bytes op;
+  OpKind kind = OpKind::kNull;
+  bool read_only = false;
+  if (!sc_.counter) {
+    op = null_op(static_cast<std::uint32_t>(prng_.below(64)), static_cast<std::uint32_t>(prng_.below(32)));
+  } else if (allow_read && prng_.below(100) < sc_.read_percent) {
+    op = counter_read_op();
+    kind = OpKind::kRead;
+    read_only = true;
+  } else {
+    op = counter_increment_op(c.token);
+    kind = OpKind::kIncrement;
+  }
+  ++step_;
+  const std::uint64_t rid = c.client->submit(std::move(op), read_only);
+  checker_->on_submit(c.id, rid, kind, step_);
+  c.outstanding[rid] = kind;
+  ++stats_.submitted;
+  event(fmt("submit c%u r%llu %s", c.id, ull(rid), to_string(kind).c_str()));
+  drain_client(c);
+  if (checker_->failed()) fail(checker_->violation());
+}
+
+void Simulation::faults() {
+  // Restarts first, so that a slot in the fault budget frees up.
+  for (auto& r : replicas_) {
+    if (!r->up && now_ >= r->restart_tick) {
+      ++stats_.restarts;
+      start_replica(*r, true);
+    }
+  }
+  for (auto& r : replicas_) {
+    if (r->up && r->armed && now_ >= r->armed_deadline) crash_replica(*r, "armed crash deadline");
+  }
+  if (sc_.crash_ppm > 0 && prng_.chance(sc_.crash_ppm, kPpm) && faulty_now() < sc_.f) {
+    std::vector<ReplicaNode*> candidates;
+    for (auto& r : replicas_) {
+      if (r->up && !r->armed && correct(*r)) candidates.push_back(r.get());
+    }
+    if (!candidates.empty()) {
+      ReplicaNode& r = *candidates[prng_.below(candidates.size())];
+      if (prng_.chance(1, 2)) {
+        r.armed = true;
+        r.armed_deadline = now_ + kArmedCrashTicksMax;
+        event(fmt("arm crash r%u (between its next persist and send)", r.id));
+      } else {
+        crash_replica(r, "between steps");
+      }
+    }
+  }
+  if (sc_.mode == Mode::kAllCrash && now_ == sc_.all_crash_tick) {
+    ++stats_.all_crashes;
+    event("crash every replica at once");
+    for (auto& r : replicas_) {
+      if (r->up) crash_replica(*r, "all at once");
+    }
+  }
+  // Partitions: every node on a random side, for a while.
+  if (net_->partitioned() && now_ >= partition_end_) {
+    net_->set_partition(std::vector<std::uint8_t>(nodes_, 0));
+    event("partition healed");
+  } else if (!net_->partitioned() && sc_.partition_ppm > 0 && prng_.chance(sc_.partition_ppm, kPpm)) {
+    std::vector<std::uint8_t> side(nodes_);
+    std::string desc;
+    for (NodeId i = 0; i < nodes_; ++i) {
+      side[i] = static_cast<std::uint8_t>(prng_.below(2));
+      desc += side[i] != 0 ? '1' : '0';
+    }
+    net_->set_partition(side);
+    partition_end_ = now_ + prng_.range(50, 400);
+    ++stats_.partitions;
+    event(fmt("partition %s until t=%llu", desc.c_str(), ull(partition_end_)));
+  }
+  // Slow links: a slow node (all its links) or one slow direction.
+  for (std::size_t i = 0; i < slow_.size();) {
+    if (now_ >= slow_[i].until) {
+      net_->set_slow(slow_[i].from, slow_[i].to, 0);
+      slow_[i] = slow_.back();
+      slow_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  if (sc_.slow_ppm > 0 && slow_.empty() && prng_.chance(sc_.slow_ppm, kPpm)) {
+    const auto extra = static_cast<std::uint32_t>(prng_.range(10, 80));
+    const std::uint64_t until = now_ + prng_.range(100, 600);
+    const auto x = static_cast<NodeId>(prng_.below(nodes_));
+    if (prng_.chance(1, 2)) {
+      for (NodeId y = 0; y < nodes_; ++y) {
+        if (y == x) continue;
+        net_->set_slow(x, y, extra);
+        net_->set_slow(y, x, extra);
+        slow_.push_back(SlowLink{x, y, until});
+        slow_.push_back(SlowLink{y, x, until});
+      }
+      event(fmt("slow node %u +%u ticks until t=%llu", x, extra, ull(until)));
+    } else {
+      const auto y = static_cast<NodeId>((x + 1 + prng_.below(nodes_ - 1)) % nodes_);
+      net_->set_slow(x, y, extra);
+      slow_.push_back(SlowLink{x, y, until});
+      event(fmt("slow link %u->%u +%u ticks until t=%llu", x, y, extra, ull(until)));
+    }
+    ++stats_.slow_links;
+  }
+}
+
+void Simulation::tick_once() {
+  if (phase_ == Phase::kFault) faults();
+  for (auto& r : replicas_) {
+    if (!r->up || !r->byz) continue;
+    for (auto& inj : r->byz->on_tick(r->replica->view(), r->replica->stable_checkpoint())) {
+      if (inj.to == r->id || inj.to >= nodes_) continue;
+      net_->send(r->id, inj.to, std::move(inj.frame), now_);
+    }
+  }
+  for (auto& c : clients_) workload(*c);
+  Packet p;
+  while (net_->pop_due(now_, p)) deliver(p);
+  for (auto& r : replicas_) {
+    if (!r->up) continue;
+    ++step_;
+    r->replica->set_wall_clock_ns(now_ * 1'000'000 + r->clock_skew_ns);
+    r->replica->on_tick();
+    drain_replica(*r);
+    after_replica_step(*r);
+  }
+  for (auto& c : clients_) {
+    ++step_;
+    c->client->on_tick();
+    drain_client(*c);
+  }
+  ++now_;
+}
+
+void Simulation::start_liveness() {
+  phase_ = Phase::kLiveness;
+  liveness_start_ = now_;
+  net_->heal();
+  slow_.clear();
+  NetworkOptions o = net_->options();
+  o.loss_ppm = 0;
+  net_->set_options(o);
+  event("liveness phase: network healed, crashed replicas restart");
+  for (auto& r : replicas_) {
+    r->armed = false;
+    if (!r->up) {
+      ++stats_.restarts;
+      start_replica(*r, true);
+    }
+  }
+}
+
+bool Simulation::clients_done() const {
+  for (const auto& c : clients_) {
+    if (!c->stopped || c->client->in_flight() != 0) return false;
+  }
+  return true;
+}
+
+std::uint64_t Simulation::target_seq() const {
+  std::uint64_t target = checker_->max_committed_seq();
+  for (const auto& r : replicas_) {
+    if (correct(*r) && r->up) target = std::max(target, r->replica->last_committed());
+  }
+  return target;
+}
+
+bool Simulation::at_target(const ReplicaNode& r, std::uint64_t target) const {
+  return r.up && r.replica->last_committed() == target && r.replica->last_executed() == target;
+}
+
+bool Simulation::converged(std::string* why) const {
+  const std::uint64_t target = target_seq();
+  for (const auto& r : replicas_) {
+    if (!correct(*r)) continue;
+    const Replica& x = *r->replica;
+    if (!at_target(*r, target)) {
+      if (why != nullptr) {
+        *why = fmt("replica %u: view %llu%s last_committed %llu last_executed %llu stable %llu, target %llu", r->id,
+                   ull(x.view()), x.in_view_change() ? " (changing)" : "", ull(x.last_committed()),
+                   ull(x.last_executed()), ull(x.stable_checkpoint()), ull(target));
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+void Simulation::finish() {
+  phase_ = Phase::kFinish;
+  // The counter value of every correct replica that executed the whole agreed history (a lagging replica's
+  // value is checked when it has caught up, in a later run of the same seed it may never be).
+  std::vector<std::pair<NodeId, std::uint64_t>> values;
+  const std::uint64_t target = target_seq();
+  for (const auto& r : replicas_) {
+    if (correct(*r) && r->counter != nullptr && at_target(*r, target)) values.emplace_back(r->id, r->counter->value());
+  }
+  checker_->finish(values);
+  if (checker_->failed()) fail(checker_->violation());
+}
+
+void Simulation::collect_stats() {
+  stats_.ticks = now_;
+  stats_.steps = step_;
+  ReplicaStats total;
+  for (const auto& r : replicas_) {
+    add_stats(total, r->past);
+    stats_.service_rollbacks += r->past_service_rollbacks;
+    if (r->up) {
+      add_stats(total, r->replica->stats());
+      stats_.service_rollbacks += r->recording->rollbacks();
+    }
+    if (r->byz) stats_.byzantine_lies += r->byz->lies();
+  }
+  stats_.requests_executed = total.requests_executed;
+  stats_.view_changes_started = total.view_changes_started;
+  stats_.new_views_installed = total.new_views_installed;
+  stats_.state_transfers = total.state_transfers;
+  stats_.replica_rollbacks = total.rollbacks;
+  stats_.replica_rejected = total.rejected_bad_authenticator + total.rejected_bad_signature +
+                            total.rejected_out_of_window + total.rejected_wrong_view + total.rejected_conflict +
+                            total.rejected_invalid;
+  if (checker_) {
+    stats_.completed = checker_->completions();
+    stats_.read_completions = checker_->read_completions();
+    stats_.committed_seqs = checker_->max_committed_seq();
+  }
+  for (const auto& c : clients_) {
+    stats_.client_retransmissions += c->client->stats().retransmissions;
+    stats_.read_only_fallbacks += c->client->stats().read_only_fallbacks;
+    stats_.replies_rejected += c->client->stats().replies_rejected;
+  }
+  if (net_) {
+    const NetworkStats& n = net_->stats();
+    stats_.frames_sent = n.sent;
+    stats_.frames_delivered = n.delivered;
+    stats_.frames_lost = n.lost;
+    stats_.frames_duplicated = n.duplicated;
+    stats_.frames_partitioned = n.partitioned;
+    stats_.frames_to_dead_nodes = n.to_dead_node;
+  }
+  stats_.fingerprint = fingerprint_;
+}
+
+SimResult Simulation::run() {
+  SimResult result;
+  result.seed = config_.seed;
+  const LogLevel old_level = log_level();
+  log_set_level(config_.verbose ? LogLevel::kDebug : LogLevel::kWarn);
+  log_set_sink([this](LogLevel level, std::string_view line) { on_log(level, line); });
+  g_running = this;
+  try {
+    setup();
+    result.scenario = sc_.describe();
+    phase_ = Phase::kFault;
+    while (now_ < config_.fault_ticks) tick_once();
+    start_liveness();
+    // Stage 1: every client finishes kLivenessOps more requests. Stage 2: the correct replicas converge on the
+    // agreed history. A correct replica that entered a view change alone cannot rejoin while the others stay
+    // in their view (sim/FINDINGS.md), so if stage 2 does not finish within a grace period the run instead
+    // requires that one further request completes (stage 3), and counts the replicas left behind.
+    enum class Stage { kClients, kConverge, kProbe, kSettle } stage = Stage::kClients;
+    std::uint64_t converge_start = 0;
+    std::uint64_t settle_start = 0;
+    std::string why;
+    for (;;) {
+      if (now_ - liveness_start_ >= config_.liveness_ticks_max) {
+        std::string outstanding;
+        for (const auto& c : clients_) {
+          if (c->client->in_flight() != 0 || !c->stopped) {
+            outstanding += fmt(" client %u: %zu in flight (oldest r%llu, newest completed r%llu), %llu of %llu "
+                               "done, view %llu;",
+                               c->id, c->client->in_flight(),
+                               ull(c->outstanding.empty() ? 0 : c->outstanding.begin()->first),
+                               ull(c->newest_completed), ull(c->completed_after_heal), ull(kLivenessOps),
+                               ull(c->client->view()));
+          }
+        }
+        (void)converged(&why);
+        const char* stage_name = stage == Stage::kClients   ? "clients finishing"
+                                 : stage == Stage::kConverge ? "replicas converging"
+                                 : stage == Stage::kProbe    ? "a further request completing"
+                                                             : "settling";
+        fail(fmt("liveness: stuck at %s %llu ticks after the network healed:%s %s", stage_name,
+                 ull(config_.liveness_ticks_max), outstanding.empty() ? " clients done;" : outstanding.c_str(),
+                 why.empty() ? "replicas converged" : why.c_str()));
+      }
+      tick_once();
+      if (stage == Stage::kClients && clients_done()) {
+        stage = Stage::kConverge;
+        converge_start = now_;
+      }
+      if (stage == Stage::kConverge) {
+        if (converged(nullptr)) break;
+        if (now_ - converge_start >= kConvergeGraceTicks) {
+          (void)converged(&why);
+          event("not converged (" + why + "): a further request must complete");
+          why.clear();
+          stage = Stage::kProbe;
+          ++stats_.probes;
+          ClientNode& c = *clients_.front();
+          c.next_submit_tick = now_;
+          submit_one(c, false);  // ordered: it must go through agreement
+        }
+      } else if (stage == Stage::kProbe && clients_done() && checker_->pending_completions() == 0) {
+        // (An accepted result may rest on 2f+1 tentative replies: wait until it is final somewhere.) Then give
+        // the others a moment to execute it too, and count who is still behind.
+        stage = Stage::kSettle;
+        settle_start = now_;
+      } else if (stage == Stage::kSettle && (converged(nullptr) || now_ - settle_start >= kSettleTicks)) {
+        const std::uint64_t target = target_seq();
+        for (const auto& r : replicas_) {
+          if (correct(*r) && !at_target(*r, target)) {
+            ++stats_.lagging_replicas;
+            event(fmt("lagging r%u: view %llu%s last_committed %llu, target %llu", r->id, ull(r->replica->view()),
+                      r->replica->in_view_change() ? " (changing)" : "", ull(r->replica->last_committed()),
+                      ull(target)));
+          }
+        }
+        break;
+      }
+    }
+    stats_.liveness_ticks = now_ - liveness_start_;
+    finish();
+    result.passed = true;
+  } catch (const Violation& v) {
+    result.passed = false;
+    std::string repro = fmt("bftfs-sim --seed %llu --ticks %llu", ull(config_.seed), ull(config_.fault_ticks));
+    if (config_.f != 0) repro += fmt(" --f %u", config_.f);
+    if (!config_.scenario.empty()) repro += " --scenario " + config_.scenario;
+    if (!config_.byzantine) repro += " --no-byzantine";
+    result.failure = fmt("FAIL seed=%llu step=%llu tick=%llu phase=%s: ", ull(config_.seed), ull(step_), ull(now_),
+                         phase_name()) +
+                     v.what + "\n  scenario: " + sc_.describe() + "\n  reproduce: " + repro + " -v\n  last " +
+                     std::to_string(trace_.size()) + " events:\n" + trace_text();
+  }
+  if (result.scenario.empty()) result.scenario = sc_.describe();
+  collect_stats();
+  result.stats = stats_;
+  g_running = nullptr;
+  log_set_sink(nullptr);
+  log_set_level(old_level);
+  // Cores go before the services and crypto they refer to (members are destroyed in reverse order, and
+  // ReplicaNode declares the replica after its service; clients hold only their crypto).
+  return result;
+}
+
+struct sigaction g_old_abort;
+
+void on_abort(int sig) {
+  // Not async-signal-safe (stdio), deliberately: the process is dying of an assertion and the trace is the
+  // only way to learn which step broke it.
+  if (g_running != nullptr) g_running->dump_on_abort();
+  sigaction(SIGABRT, &g_old_abort, nullptr);
+  raise(sig);
+}
+
+}  // namespace
+
+const std::vector<std::string>& scenario_names() {
+  static const std::vector<std::string> names = {"random", "calm",      "network",   "crash",
+                                                  "all-crash", "byzantine", "null", "counter"};
+  return names;
+}
+
+SimResult run_simulation(const SimConfig& config) {
+  struct sigaction sa {};
+  sa.sa_handler = on_abort;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGABRT, &sa, &g_old_abort);
+  SimResult result;
+  {
+    Simulation sim(config);
+    result = sim.run();
+  }
+  sigaction(SIGABRT, &g_old_abort, nullptr);
+  return result;
+}
+
+}  // namespace bftfs::sim

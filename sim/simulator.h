@@ -1,0 +1,117 @@
+// The seeded whole-cluster simulator ("one seed drives the whole cluster"; TigerBeetle's VOPR and
+// FoundationDB's simulation are the models).
+//
+// One run builds n = 3f+1 real Replica cores (each over a CounterService or NullService wrapped in a
+// RecordingService, with an in-memory SnapshotStore and a durable record list that survive crashes) and m
+// real Client cores, and drives them with logical ticks. Every message goes through the real wire codec
+// (encode with the sender's keys, decode and authenticate with the receiver's), a simulated network (delay,
+// loss, duplication, reordering, partitions, slow links), crashes and restarts (including a crash between
+// persisting and sending, and a crash of every replica at once), and up to f Byzantine replicas
+// (sim/byzantine.h). After every step the checker (sim/checker.h) checks agreement, agreed results, accepted
+// results and counter integrity over the correct replicas; "durable before sent" is checked on every send of
+// a correct replica. A fault phase of random faults is followed by a liveness phase: the network heals,
+// crashed replicas restart, and every client must finish its requests and the correct replicas must
+// converge within a bound of ticks.
+//
+// Everything random comes from Prngs seeded by SimConfig::seed: the same seed gives the same run, event for
+// event (SimStats::fingerprint). On a violation the result carries the seed, the step, the violation and the
+// last events.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace bftfs::sim {
+
+struct SimConfig {
+  std::uint64_t seed = 1;
+  std::uint64_t fault_ticks = 2000;         // length of the fault phase
+  std::uint64_t liveness_ticks_max = 30000;  // bound for the liveness phase
+  std::uint32_t f = 0;                       // 0: chosen by the seed (1, sometimes 2)
+  bool byzantine = true;                     // false: never choose Byzantine replicas
+  // "" or "random": chosen by the seed. Otherwise one of scenario_names(), or a Byzantine strategy name
+  // (sim/byzantine.h) to force that strategy.
+  std::string scenario;
+  bool verbose = false;  // print every event and debug logs to stdout as the run goes
+  std::uint32_t trace_events = 48;  // events kept for the failure report
+};
+
+// Scenario names accepted by SimConfig::scenario besides the strategy names.
+const std::vector<std::string>& scenario_names();
+
+inline constexpr std::size_t kRejectSlots = 32;
+
+// Totals of one run (plain data: sent whole from a worker process). Coverage marks are the counters that
+// prove a rare path ran (view changes, state transfers, rollbacks, crashes).
+struct SimStats {
+  std::uint64_t ticks = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t submitted = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t read_completions = 0;
+  std::uint64_t committed_seqs = 0;
+  std::uint64_t requests_executed = 0;
+  std::uint64_t view_changes_started = 0;
+  std::uint64_t new_views_installed = 0;
+  std::uint64_t state_transfers = 0;
+  std::uint64_t replica_rollbacks = 0;
+  std::uint64_t service_rollbacks = 0;  // rollbacks that undid at least one execution (RecordingService)
+  std::uint64_t crashes = 0;
+  std::uint64_t crashes_between_persist_and_send = 0;
+  std::uint64_t torn_persists = 0;  // crashes that also lost the tail of the last persist
+  std::uint64_t restarts = 0;
+  std::uint64_t all_crashes = 0;
+  std::uint64_t partitions = 0;
+  std::uint64_t slow_links = 0;
+  std::uint64_t frames_sent = 0;
+  std::uint64_t frames_delivered = 0;
+  std::uint64_t frames_lost = 0;
+  std::uint64_t frames_duplicated = 0;
+  std::uint64_t frames_partitioned = 0;
+  std::uint64_t frames_to_dead_nodes = 0;
+  std::uint64_t frames_rejected = 0;
+  std::uint64_t rejected_by_reason[kRejectSlots] = {};  // index = bftfs::Reject
+  std::uint64_t replica_rejected = 0;  // sum of the ReplicaStats rejected_* counters of every replica
+  std::uint64_t byzantine_replicas = 0;
+  std::uint64_t byzantine_lies = 0;
+  std::uint64_t client_retransmissions = 0;
+  std::uint64_t read_only_fallbacks = 0;
+  std::uint64_t replies_rejected = 0;
+  std::uint64_t log_warnings = 0;
+  std::uint64_t log_errors = 0;
+  std::uint64_t liveness_ticks = 0;  // how long the liveness phase took
+  std::uint64_t probes = 0;            // runs that needed a further request because replicas did not converge
+  std::uint64_t lagging_replicas = 0;  // correct replicas behind the agreed history at the end
+  std::uint64_t fingerprint = 0;     // hash of the delivered frames in order: equal for equal runs
+};
+
+struct SimResult {
+  std::uint64_t seed = 0;
+  bool passed = false;
+  std::string failure;   // seed, step, violation and the last events; empty when passed
+  std::string scenario;  // one-line description of what the seed chose
+  SimStats stats;
+};
+
+// Runs one seed in this process. A violation is reported in the result; an assertion inside a core aborts the
+// process (use run_isolated to survive it).
+SimResult run_simulation(const SimConfig& config);
+
+// Runs one seed in a forked child so that an aborting assertion is reported as a failure of that seed (with
+// the trace printed to stderr by the child) instead of ending the caller.
+SimResult run_isolated(const SimConfig& config);
+
+// Runs many seeds in up to `jobs` forked children at once; `done` is called in the parent as each finishes
+// (in completion order). Results are returned in the order of `configs`.
+std::vector<SimResult> run_many(const std::vector<SimConfig>& configs, unsigned jobs,
+                                const std::function<void(const SimResult&)>& done);
+
+// sim/regression-seeds.txt: one run per line, "SEED [key=value ...]" with keys f, ticks, scenario,
+// byzantine (0/1); '#' starts a comment. Returns false with `error` set on a malformed line.
+bool parse_regression_line(const std::string& line, SimConfig& out, bool& empty, std::string& error);
+// Path of sim/regression-seeds.txt in the source tree this library was built from.
+std::string regression_seeds_path();
+
+}  // namespace bftfs::sim

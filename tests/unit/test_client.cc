@@ -1,0 +1,385 @@
+// The PBFT client state machine against replicas faked in the test: the test builds Reply messages directly.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "common/crypto.h"
+#include "protocol/client.h"
+
+using namespace bftfs;
+
+namespace {
+
+constexpr std::uint32_t kN = 4;
+constexpr std::uint32_t kF = 1;
+constexpr NodeId kSelf = 4;
+
+struct Keys {
+  std::map<NodeId, PublicKeys> pub;
+  std::map<NodeId, SecretKeys> sec;
+  Keys() {
+    for (NodeId id = 0; id <= kSelf + 1; ++id) generate_keys_from_seed(99, id, pub[id], sec[id]);
+  }
+};
+
+const Keys& keys() {
+  static const Keys k;
+  return k;
+}
+
+struct Fixture {
+  explicit Fixture(ClientOptions o = {}) : crypto(kSelf, keys().sec.at(kSelf), keys().pub), options(o) {
+    options.n = kN;
+    options.f = kF;
+    client = std::make_unique<Client>(options, kSelf, crypto, 1234);
+  }
+
+  Crypto crypto;
+  ClientOptions options;
+  std::unique_ptr<Client> client;
+
+  std::vector<Send> sends() { return client->take_effects().sends; }
+
+  static const Request& request_of(const Send& s) { return std::get<Request>(s.message); }
+
+  void reply(NodeId from, std::uint64_t id, const Bytes& result, std::uint8_t flags, bool full = true,
+             std::uint64_t view = 0, NodeId client_id = kSelf) {
+    Reply r;
+    r.view = view;
+    r.client = client_id;
+    r.request_id = id;
+    r.flags = flags;
+    r.result_digest = digest_of(result);
+    if (full) {
+      r.flags |= kReplyHasResult;
+      r.result = result;
+    }
+    client->on_message(from, Message{r});
+  }
+};
+
+const Bytes kResult = {'o', 'k'};
+const Bytes kLie = {'n', 'o'};
+
+}  // namespace
+
+TEST_CASE("client sends a new request to the primary only, with a valid authenticator") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1, 2, 3});
+  CHECK(id == fx.options.first_request_id);
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(sends[0].to == 0);  // view 0: replica 0 is the primary
+  const Request& r = Fixture::request_of(sends[0]);
+  CHECK(r.client == kSelf);
+  CHECK(r.request_id == id);
+  CHECK_FALSE(r.read_only());
+  CHECK(r.replier == 0);  // reply digests: the primary sends the full result
+  CHECK(r.op == Bytes{1, 2, 3});
+  REQUIRE(r.authenticator.size() == kN);
+  for (NodeId i = 0; i < kN; ++i) {
+    Crypto replica(i, keys().sec.at(i), keys().pub);
+    CHECK(replica.verify_mac(kSelf, r.digest().bytes, r.authenticator[i]));
+  }
+  // Ids increase by one.
+  CHECK(fx.client->submit(Bytes{4}) == id + 1);
+}
+
+TEST_CASE("client without reply digests asks every replica for the full result") {
+  ClientOptions o;
+  o.use_reply_digests = false;
+  Fixture fx(o);
+  fx.client->submit(Bytes{1});
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(Fixture::request_of(sends[0]).replier == kReplierAll);
+}
+
+TEST_CASE("client completes on f+1 matching committed replies, not on f") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  fx.reply(0, id, kResult, 0);
+  CHECK(fx.client->take_completions().empty());  // f = 1 reply is not enough
+  fx.reply(2, id, kResult, 0, /*full=*/false);
+  auto done = fx.client->take_completions();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].request_id == id);
+  CHECK(done[0].result == kResult);
+  CHECK_FALSE(done[0].read_only);
+  CHECK(fx.client->in_flight() == 0);
+  CHECK(fx.client->stats().completed == 1);
+  // Late replies to a completed request are ignored and not counted as rejected.
+  fx.reply(3, id, kResult, 0);
+  CHECK(fx.client->take_completions().empty());
+  CHECK(fx.client->stats().replies_rejected == 0);
+}
+
+TEST_CASE("client needs 2f+1 matching replies when they are tentative") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  fx.reply(0, id, kResult, kReplyTentative);
+  fx.reply(1, id, kResult, kReplyTentative, false);
+  CHECK(fx.client->take_completions().empty());  // f+1 tentative are not enough
+  fx.reply(2, id, kResult, kReplyTentative, false);
+  auto done = fx.client->take_completions();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].result == kResult);
+}
+
+TEST_CASE("client counts one vote per replica, and a committed reply supersedes a tentative one") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  fx.reply(0, id, kResult, kReplyTentative);
+  fx.reply(0, id, kResult, kReplyTentative);
+  fx.reply(0, id, kResult, 0);
+  fx.reply(0, id, kResult, 0);
+  CHECK(fx.client->take_completions().empty());  // still one replica
+  fx.reply(1, id, kResult, kReplyTentative, false);
+  CHECK(fx.client->take_completions().empty());  // 1 committed + 1 tentative: neither rule holds
+  fx.reply(1, id, kResult, 0, false);            // replica 1 commits too: f+1 committed
+  CHECK(fx.client->take_completions().size() == 1);
+}
+
+TEST_CASE("client is not fooled by a lying replica") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  fx.reply(0, id, kLie, 0);     // the faulty primary, full (false) result
+  fx.reply(1, id, kResult, 0);  // a correct replica
+  CHECK(fx.client->take_completions().empty());
+  fx.reply(0, id, kLie, kReplyTentative);  // repeating itself does not help it
+  CHECK(fx.client->take_completions().empty());
+  fx.reply(2, id, kResult, 0, false);
+  auto done = fx.client->take_completions();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].result == kResult);
+}
+
+TEST_CASE("client with digest-only replies waits for a full result that matches the certificate") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  fx.reply(1, id, kResult, 0, false);
+  fx.reply(2, id, kResult, 0, false);
+  fx.reply(3, id, kLie, 0, true);  // a full result, but not the certified one
+  CHECK(fx.client->take_completions().empty());
+  fx.reply(0, id, kResult, 0, true);  // the designated replier
+  auto done = fx.client->take_completions();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].result == kResult);
+}
+
+TEST_CASE("client retransmits to all replicas after the timeout, with backoff") {
+  ClientOptions o;
+  o.retransmit_ticks = 100;
+  o.retransmit_ticks_max = 400;
+  Fixture fx(o);
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  fx.sends();
+  // Tick one at a time and note when each retransmission leaves.
+  std::vector<std::uint64_t> at;
+  for (std::uint64_t t = 1; t <= 1500 && at.size() < 4; ++t) {
+    fx.client->on_tick();
+    auto sends = fx.sends();
+    if (sends.empty()) continue;
+    REQUIRE(sends.size() == 1);
+    CHECK(sends[0].to == kAllReplicas);
+    CHECK(Fixture::request_of(sends[0]).request_id == id);
+    CHECK(Fixture::request_of(sends[0]).replier == kReplierAll);  // the replier may be the silent one
+    at.push_back(t);
+  }
+  REQUIRE(at.size() == 4);
+  CHECK(fx.client->stats().retransmissions == 4);
+  // 100 ± 1/8, then doubled to 200, then capped at 400.
+  CHECK(at[0] >= 88);
+  CHECK(at[0] <= 112);
+  CHECK(at[1] - at[0] >= 175);
+  CHECK(at[1] - at[0] <= 225);
+  CHECK(at[2] - at[1] >= 350);
+  CHECK(at[2] - at[1] <= 450);
+  CHECK(at[3] - at[2] >= 350);
+  CHECK(at[3] - at[2] <= 450);
+}
+
+TEST_CASE("client learns the view from accepted replies and sends to the new primary") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  fx.sends();
+  fx.reply(1, id, kResult, 0, true, 5);
+  fx.reply(2, id, kResult, 0, false, 5);
+  REQUIRE(fx.client->take_completions().size() == 1);
+  CHECK(fx.client->view() == 5);
+  fx.client->submit(Bytes{2});
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(sends[0].to == 1);  // 5 % 4
+  CHECK(Fixture::request_of(sends[0]).replier == 1);
+}
+
+TEST_CASE("client replies from different views do not match") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  fx.reply(1, id, kResult, 0, true, 5);
+  fx.reply(2, id, kResult, 0, false, 6);
+  CHECK(fx.client->take_completions().empty());
+  CHECK(fx.client->view() == 0);  // one replica's claim of a view is not believed
+  fx.reply(3, id, kResult, 0, false, 6);
+  auto done = fx.client->take_completions();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].view == 6);
+  CHECK(fx.client->view() == 6);
+}
+
+TEST_CASE("client pipelines up to its window and queues the rest in id order") {
+  ClientOptions o;
+  o.window = 3;
+  Fixture fx(o);
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(fx.client->submit(Bytes{static_cast<std::uint8_t>(i)}));
+  CHECK(fx.client->in_flight() == 5);
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(Fixture::request_of(sends[i]).request_id == ids[i]);
+  // Completing the second (out of order) sends the fourth.
+  fx.reply(0, ids[1], kResult, 0);
+  fx.reply(1, ids[1], kResult, 0, false);
+  auto done = fx.client->take_completions();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].request_id == ids[1]);
+  sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(Fixture::request_of(sends[0]).request_id == ids[3]);
+  // A reply to a queued (unsent) request cannot be genuine.
+  fx.reply(0, ids[4], kResult, 0);
+  CHECK(fx.client->stats().replies_rejected == 1);
+  for (std::uint64_t id : {ids[0], ids[2], ids[3]}) {
+    fx.reply(0, id, kResult, 0);
+    fx.reply(1, id, kResult, 0, false);
+  }
+  CHECK(fx.client->take_completions().size() == 3);
+  sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(Fixture::request_of(sends[0]).request_id == ids[4]);
+  CHECK(fx.client->in_flight() == 1);
+}
+
+TEST_CASE("client sends read-only requests to every replica and accepts 2f+1 matching") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{7}, /*read_only=*/true);
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(sends[0].to == kAllReplicas);
+  const Request r = Fixture::request_of(sends[0]);  // a copy: `sends` is reused below
+  CHECK(r.read_only());
+  CHECK(r.replier < kN);
+  fx.reply(r.replier, id, kResult, kReplyReadOnly, true);
+  fx.reply((r.replier + 1) % kN, id, kResult, kReplyReadOnly, false);
+  CHECK(fx.client->take_completions().empty());  // f+1 is not enough for a read
+  // An ordered-style reply to a read-only request is not a vote.
+  fx.reply((r.replier + 2) % kN, id, kResult, 0, false);
+  CHECK(fx.client->stats().replies_rejected == 1);
+  CHECK(fx.client->take_completions().empty());
+  fx.reply((r.replier + 2) % kN, id, kResult, kReplyReadOnly, false);
+  auto done = fx.client->take_completions();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].request_id == id);
+  CHECK(done[0].read_only);
+  CHECK(done[0].result == kResult);
+  // The next read-only request designates another replier.
+  fx.client->submit(Bytes{7}, true);
+  sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(Fixture::request_of(sends[0]).replier != r.replier);
+}
+
+TEST_CASE("client falls back to an ordered request when read-only replies disagree") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{7}, true);
+  fx.sends();
+  fx.reply(0, id, kResult, kReplyReadOnly);
+  fx.reply(1, id, kResult, kReplyReadOnly);
+  fx.reply(2, id, kLie, kReplyReadOnly);
+  CHECK(fx.client->take_completions().empty());
+  CHECK(fx.sends().empty());  // 2 + 1 silent could still make 2f+1
+  fx.reply(3, id, kLie, kReplyReadOnly);
+  // 2 vs 2 with everyone heard: no value can reach 2f+1; re-sent through ordering with a new id.
+  CHECK(fx.client->stats().read_only_fallbacks == 1);
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(sends[0].to == 0);
+  const Request& r = Fixture::request_of(sends[0]);
+  CHECK_FALSE(r.read_only());
+  CHECK(r.request_id > id);
+  CHECK(r.op == Bytes{7});
+  // Late read-only replies to the old id change nothing.
+  fx.reply(0, id, kResult, kReplyReadOnly);
+  CHECK(fx.client->take_completions().empty());
+  CHECK(fx.client->stats().replies_rejected == 0);
+
+  fx.reply(0, r.request_id, kResult, 0);
+  fx.reply(3, r.request_id, kResult, 0, false);
+  auto done = fx.client->take_completions();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].request_id == id);  // the caller's id
+  CHECK_FALSE(done[0].read_only);
+  CHECK(done[0].result == kResult);
+  CHECK(fx.client->in_flight() == 0);
+}
+
+TEST_CASE("client falls back to an ordered request when a read-only request times out") {
+  ClientOptions o;
+  o.window = 1;
+  Fixture fx(o);
+  const std::uint64_t ro = fx.client->submit(Bytes{7}, true);
+  const std::uint64_t next = fx.client->submit(Bytes{8});  // queued behind it
+  CHECK(fx.sends().size() == 1);
+  fx.reply(0, ro, kResult, kReplyReadOnly);
+  for (int t = 0; t < 200 && fx.client->stats().read_only_fallbacks == 0; ++t) fx.client->on_tick();
+  CHECK(fx.client->stats().read_only_fallbacks == 1);
+  // The fallback goes behind the queued request, so requests still leave in increasing id order.
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(Fixture::request_of(sends[0]).request_id == next);
+  fx.reply(0, next, kResult, 0);
+  fx.reply(1, next, kResult, 0, false);
+  sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  const Request& fallback = Fixture::request_of(sends[0]);
+  CHECK(fallback.request_id > next);
+  CHECK_FALSE(fallback.read_only());
+  fx.reply(0, fallback.request_id, kLie, 0);
+  fx.reply(1, fallback.request_id, kLie, 0, false);
+  auto done = fx.client->take_completions();
+  REQUIRE(done.size() == 2);
+  CHECK(done[0].request_id == next);
+  CHECK(done[1].request_id == ro);
+  CHECK(done[1].result == kLie);
+}
+
+TEST_CASE("client counts invalid replies as rejected and ignores speculative ones for certificates") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  fx.reply(0, id, kResult, 0, true, 0, /*client_id=*/kSelf + 1);  // someone else's
+  fx.reply(0, id + 100, kResult, 0);                              // an id never issued
+  fx.reply(9, id, kResult, 0);                                    // not a replica
+  Reply bad;
+  bad.client = kSelf;
+  bad.request_id = id;
+  bad.flags = kReplyHasResult;
+  bad.result = kResult;
+  bad.result_digest = digest_of(kLie);  // result does not hash to its digest
+  fx.client->on_message(1, Message{bad});
+  fx.client->on_message(1, Message{Prepare{}});
+  CHECK(fx.client->stats().replies_rejected == 5);
+
+  // PBFT-CS early replies are predictions, not votes.
+  fx.reply(0, id, kResult, kReplySpeculative);
+  fx.reply(1, id, kResult, kReplySpeculative, false);
+  fx.reply(2, id, kResult, kReplySpeculative, false);
+  CHECK(fx.client->take_completions().empty());
+  // But the speculative full result can serve once a certificate forms.
+  fx.reply(1, id, kResult, 0, false);
+  fx.reply(2, id, kResult, 0, false);
+  CHECK(fx.client->take_completions().size() == 1);
+}

@@ -1,0 +1,134 @@
+// The replica's client table (protocol/replica_client_table.h): freshness window, cached replies, tentative
+// undo, and the canonical encoding that is fetched from peers during state transfer.
+#include <catch2/catch.hpp>
+
+#include "protocol/messages.h"
+#include "protocol/replica_client_table.h"
+
+using namespace bftfs;
+
+namespace {
+
+Bytes result_of(std::uint64_t id) { return Bytes{static_cast<std::uint8_t>(id), 0xAB}; }
+
+}  // namespace
+
+TEST_CASE("client table classifies ids as fresh, executed or stale against its window", "[replica][client_table]") {
+  ClientTable t(4);
+  CHECK(t.classify(10, 1) == ClientTable::Freshness::kFresh);
+  t.record(10, 1, 1, result_of(1), false);
+  t.record(10, 3, 2, result_of(3), false);
+  CHECK(t.classify(10, 1) == ClientTable::Freshness::kExecuted);
+  CHECK(t.classify(10, 2) == ClientTable::Freshness::kFresh);  // inside the window, not executed: allowed
+  CHECK(t.classify(10, 3) == ClientTable::Freshness::kExecuted);
+  CHECK(t.classify(10, 4) == ClientTable::Freshness::kFresh);
+  t.record(10, 6, 3, result_of(6), false);  // window is now (2, 6]
+  CHECK(t.classify(10, 1) == ClientTable::Freshness::kStale);
+  CHECK(t.classify(10, 2) == ClientTable::Freshness::kStale);
+  CHECK(t.classify(10, 3) == ClientTable::Freshness::kExecuted);
+  CHECK(t.cached_reply(10, 1) == nullptr);  // evicted with its id
+  REQUIRE(t.cached_reply(10, 3) != nullptr);
+  CHECK(t.cached_reply(10, 3)->result == result_of(3));
+  CHECK(t.cached_reply(10, 3)->seq == 2);
+  CHECK(t.highest_executed(10) == 6);
+  CHECK(t.classify(11, 1) == ClientTable::Freshness::kFresh);  // clients are independent
+  t.check_invariants();
+}
+
+TEST_CASE("client table rollback undoes tentative records exactly, newest first", "[replica][client_table]") {
+  ClientTable t(2);
+  t.record(10, 1, 1, result_of(1), false);
+  t.record(10, 2, 2, result_of(2), false);
+  const Bytes committed = t.encode();
+  t.record(10, 3, 3, result_of(3), true);   // evicts id 1
+  t.record(11, 1, 3, result_of(1), true);   // a new client
+  t.record(10, 9, 4, result_of(9), true);   // evicts everything else
+  CHECK(t.has_tentative_above(2));
+  CHECK(t.classify(10, 2) == ClientTable::Freshness::kStale);
+  t.rollback_to(3);
+  CHECK(t.classify(10, 9) == ClientTable::Freshness::kFresh);
+  CHECK(t.classify(10, 3) == ClientTable::Freshness::kExecuted);
+  t.rollback_to(2);
+  CHECK_FALSE(t.has_tentative_above(2));
+  CHECK(t.encode() == committed);
+  REQUIRE(t.cached_reply(10, 1) != nullptr);
+  CHECK(t.cached_reply(10, 1)->result == result_of(1));
+  t.check_invariants();
+}
+
+TEST_CASE("client table commit_through keeps the records and drops their undo", "[replica][client_table]") {
+  ClientTable t(8);
+  t.record(10, 1, 5, result_of(1), true);
+  t.record(10, 2, 6, result_of(2), true);
+  t.commit_through(5);
+  t.rollback_to(5);
+  CHECK(t.classify(10, 1) == ClientTable::Freshness::kExecuted);
+  CHECK(t.classify(10, 2) == ClientTable::Freshness::kFresh);
+}
+
+TEST_CASE("client table encoding round-trips and is canonical", "[replica][client_table]") {
+  ClientTable a(16);
+  a.record(12, 5, 1, result_of(5), false);
+  a.record(10, 1, 2, result_of(1), false);
+  a.record(10, 2, 3, Bytes{}, false);
+  ClientTable b(16);  // same state, other insertion order
+  b.record(10, 1, 2, result_of(1), false);
+  b.record(10, 2, 3, Bytes{}, false);
+  b.record(12, 5, 1, result_of(5), false);
+  CHECK(a.encode() == b.encode());
+  ClientTable c(16);
+  REQUIRE(ClientTable::decode(a.encode(), 16, c));
+  CHECK(c.encode() == a.encode());
+  CHECK(c.classify(12, 5) == ClientTable::Freshness::kExecuted);
+  CHECK(c.client_count() == 2);
+  ClientTable empty(16);
+  REQUIRE(ClientTable::decode(ClientTable(16).encode(), 16, empty));
+  CHECK(empty.client_count() == 0);
+}
+
+TEST_CASE("client table decoding rejects malformed bytes without touching the output", "[replica][client_table]") {
+  ClientTable a(16);
+  a.record(10, 3, 1, result_of(3), false);
+  a.record(10, 4, 2, result_of(4), false);
+  const Bytes good = a.encode();
+  ClientTable out(16);
+  out.record(99, 1, 1, result_of(1), false);
+  const Bytes before = out.encode();
+
+  SECTION("wrong window") { CHECK_FALSE(ClientTable::decode(good, 8, out)); }
+  SECTION("every truncation") {
+    for (std::size_t len = 0; len < good.size(); len++) {
+      CHECK_FALSE(ClientTable::decode(std::span<const std::uint8_t>(good.data(), len), 16, out));
+    }
+  }
+  SECTION("trailing byte") {
+    Bytes b = good;
+    b.push_back(0);
+    CHECK_FALSE(ClientTable::decode(b, 16, out));
+  }
+  SECTION("bad magic") {
+    Bytes b = good;
+    b[0] ^= 1;
+    CHECK_FALSE(ClientTable::decode(b, 16, out));
+  }
+  SECTION("mask bit without a reply") {
+    Bytes b = good;
+    // header 16 bytes, client id 4, hi 8, then the mask: set a third bit.
+    b[16 + 4 + 8] |= 0x04;
+    CHECK_FALSE(ClientTable::decode(b, 16, out));
+  }
+  SECTION("mask bit for an id at or below zero") {
+    ClientTable small(16);
+    small.record(10, 1, 1, result_of(1), false);
+    Bytes b = small.encode();
+    b[16 + 4 + 8] |= 0x02;  // would stand for id 0
+    CHECK_FALSE(ClientTable::decode(b, 16, out));
+  }
+  SECTION("huge client count") {
+    Bytes b = good;
+    b[12] = 0xFF;
+    b[13] = 0xFF;
+    CHECK_FALSE(ClientTable::decode(b, 16, out));
+  }
+  CHECK(out.encode() == before);
+}

@@ -1,0 +1,334 @@
+// Tests of the simulator (sim/): its checker objects to broken histories, its recording service follows the
+// Service contract, its network is deterministic, and fixed seeds of every kind (each Byzantine strategy,
+// every replica crashing at once, f = 2, the null service with a pipelining client) pass, as do the seeds
+// in sim/regression-seeds.txt.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <string>
+
+#include "common/crypto.h"
+#include "protocol/client.h"
+#include "services/counter_service.h"
+#include "services/null_service.h"
+#include "sim/byzantine.h"
+#include "sim/checker.h"
+#include "sim/network.h"
+#include "sim/recording_service.h"
+#include "sim/simulator.h"
+
+using namespace bftfs;
+using namespace bftfs::sim;
+
+namespace {
+
+Digest digest_byte(std::uint8_t b) {
+  Digest d;
+  d.bytes[0] = b;
+  return d;
+}
+
+Bytes counter_result(std::uint8_t status, std::uint64_t value, std::uint64_t token) {
+  Bytes out;
+  out.push_back(status);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(token >> (8 * i)));
+  return out;
+}
+
+ExecRecord exec(std::uint64_t seq, NodeId client, std::uint64_t rid, const Bytes& result, std::uint8_t kind = 1) {
+  ExecRecord r;
+  r.seq = seq;
+  r.client = client;
+  r.request_id = rid;
+  r.op_kind = kind;
+  r.result_digest = digest_of(result);
+  r.result = result;
+  return r;
+}
+
+Completion completion(std::uint64_t rid, const Bytes& result) {
+  Completion c;
+  c.request_id = rid;
+  c.result = result;
+  return c;
+}
+
+// Runs a seed in a child process and explains a failure.
+void require_pass(const SimConfig& c) {
+  const SimResult r = run_isolated(c);
+  INFO("seed " << c.seed << " scenario '" << c.scenario << "': " << r.scenario << "\n" << r.failure);
+  REQUIRE(r.passed);
+  CHECK(r.stats.completed > 0);
+}
+
+}  // namespace
+
+TEST_CASE("checker accepts a consistent counter history", "[sim][checker]") {
+  Checker ch(true);
+  ch.on_submit(4, 1, OpKind::kIncrement, 1);
+  ch.on_committed(0, 1, digest_byte(1));
+  ch.on_committed(1, 1, digest_byte(1));
+  ch.on_final(0, exec(1, 4, 1, counter_result(0, 1, 77)));
+  ch.on_final(1, exec(1, 4, 1, counter_result(0, 1, 77)));
+  ch.on_completion(4, completion(1, counter_result(0, 1, 77)), 2);
+  ch.on_submit(5, 1, OpKind::kRead, 3);
+  ch.on_completion(5, completion(1, counter_result(0, 1, 5)), 4);
+  ch.on_submit(4, 2, OpKind::kIncrement, 5);
+  ch.on_completion(4, completion(2, counter_result(0, 2, 78)), 6);  // accepted before any replica finalized it
+  ch.on_final(2, exec(2, 4, 2, counter_result(0, 2, 78)));
+  ch.finish({{0, 2}, {1, 2}});
+  INFO(ch.violation());
+  CHECK_FALSE(ch.failed());
+  CHECK(ch.successful_increments() == 2);
+}
+
+TEST_CASE("checker catches two replicas committing different batches at a seq", "[sim][checker]") {
+  Checker ch(true);
+  ch.on_committed(0, 7, digest_byte(1));
+  CHECK_FALSE(ch.failed());
+  ch.on_committed(2, 7, digest_byte(2));
+  REQUIRE(ch.failed());
+  CHECK(ch.violation().find("agreement") != std::string::npos);
+}
+
+TEST_CASE("checker catches two replicas with different final results for a request", "[sim][checker]") {
+  Checker ch(false);
+  ch.on_final(0, exec(3, 4, 9, Bytes{1, 2, 3}, 0));
+  ch.on_final(1, exec(3, 4, 9, Bytes{1, 2, 4}, 0));
+  REQUIRE(ch.failed());
+  CHECK(ch.violation().find("agreed results") != std::string::npos);
+}
+
+TEST_CASE("checker catches a request executed at two sequence numbers", "[sim][checker]") {
+  Checker ch(false);
+  ch.on_final(0, exec(3, 4, 9, Bytes{1}, 0));
+  ch.on_final(0, exec(5, 4, 9, Bytes{1}, 0));
+  CHECK(ch.failed());
+}
+
+TEST_CASE("checker catches a client accepting a result that was not agreed", "[sim][checker]") {
+  SECTION("final first") {
+    Checker ch(false);
+    ch.on_submit(4, 1, OpKind::kNull, 1);
+    ch.on_final(0, exec(1, 4, 1, Bytes{0, 0}, 0));
+    ch.on_completion(4, completion(1, Bytes{0, 1}), 2);
+    REQUIRE(ch.failed());
+    CHECK(ch.violation().find("accepted result") != std::string::npos);
+  }
+  SECTION("completion first") {
+    Checker ch(false);
+    ch.on_submit(4, 1, OpKind::kNull, 1);
+    ch.on_completion(4, completion(1, Bytes{0, 1}), 2);
+    CHECK_FALSE(ch.failed());
+    ch.on_final(0, exec(1, 4, 1, Bytes{0, 0}, 0));
+    CHECK(ch.failed());
+  }
+  SECTION("never executed") {
+    Checker ch(false);
+    ch.on_submit(4, 1, OpKind::kNull, 1);
+    ch.on_completion(4, completion(1, Bytes{0, 1}), 2);
+    ch.finish({});
+    CHECK(ch.failed());
+  }
+}
+
+TEST_CASE("checker catches counter integrity violations", "[sim][checker]") {
+  SECTION("two increments with one value") {
+    Checker ch(true);
+    ch.on_final(0, exec(1, 4, 1, counter_result(0, 1, 1)));
+    ch.on_final(0, exec(2, 5, 1, counter_result(0, 1, 2)));
+    CHECK(ch.failed());
+  }
+  SECTION("values against the agreed order") {
+    Checker ch(true);
+    ch.on_final(0, exec(2, 4, 1, counter_result(0, 1, 1)));
+    ch.on_final(0, exec(1, 5, 1, counter_result(0, 2, 2)));
+    CHECK(ch.failed());
+  }
+  SECTION("a replica holding another value at the end") {
+    Checker ch(true);
+    ch.on_final(0, exec(1, 4, 1, counter_result(0, 1, 1)));
+    ch.finish({{0, 1}, {1, 2}});
+    CHECK(ch.failed());
+  }
+  SECTION("a lost increment") {
+    Checker ch(true);
+    ch.on_final(0, exec(1, 4, 1, counter_result(0, 2, 1)));
+    ch.finish({{0, 2}});
+    CHECK(ch.failed());
+  }
+}
+
+TEST_CASE("checker catches reads that break real-time order", "[sim][checker]") {
+  // One increment, submitted at step base+1 and completed at base+2.
+  auto history = [](Checker& ch, std::uint64_t base) {
+    ch.on_submit(4, 1, OpKind::kIncrement, base + 1);
+    ch.on_final(0, exec(1, 4, 1, counter_result(0, 1, 1)));
+    ch.on_completion(4, completion(1, counter_result(0, 1, 1)), base + 2);
+  };
+  SECTION("stale read after a completed increment") {
+    Checker ch(true);
+    history(ch, 0);
+    ch.on_submit(5, 1, OpKind::kRead, 3);
+    ch.on_completion(5, completion(1, counter_result(0, 0, 9)), 4);
+    ch.finish({{0, 1}});
+    REQUIRE(ch.failed());
+    CHECK(ch.violation().find("linearizability") != std::string::npos);
+  }
+  SECTION("read from the future") {
+    Checker ch(true);
+    ch.on_submit(5, 1, OpKind::kRead, 0);
+    ch.on_completion(5, completion(1, counter_result(0, 1, 9)), 1);  // completes before the increment began
+    history(ch, 1);
+    ch.finish({{0, 1}});
+    CHECK(ch.failed());
+  }
+  SECTION("a read overlapping the increment may see either value") {
+    for (std::uint64_t v : {0, 1}) {
+      Checker ch(true);
+      ch.on_submit(5, 1, OpKind::kRead, 0);
+      history(ch, 0);
+      ch.on_completion(5, completion(1, counter_result(0, v, 9)), 5);
+      ch.finish({{0, 1}});
+      INFO(ch.violation());
+      CHECK_FALSE(ch.failed());
+    }
+  }
+}
+
+TEST_CASE("recording service keeps executions tentative until committed", "[sim][recording]") {
+  MemorySnapshotStore store;
+  CounterService counter(&store);
+  RecordingService rec(counter);
+  const NodeId client = 9;
+  const std::uint64_t token = counter_initial_token(client);
+  const Bytes r1 = rec.execute(ExecContext{1, client, 1, 0}, counter_increment_op(token));
+  CounterResult res;
+  REQUIRE(parse_counter_result(r1, res));
+  rec.execute(ExecContext{2, client, 2, 0}, counter_increment_op(res.next_token));
+  CHECK(rec.take_final().empty());
+  rec.rollback_to(1);  // seq 2 is undone
+  CHECK(rec.tentative_count() == 1);
+  rec.commit_through(1);
+  const auto finals = rec.take_final();
+  REQUIRE(finals.size() == 1);
+  CHECK(finals[0].seq == 1);
+  CHECK(finals[0].request_id == 1);
+  CHECK(finals[0].result_digest == digest_of(r1));
+  CHECK(rec.contract_error().empty());
+  rec.rollback_to(0);  // below the commit: the engine broke the contract
+  CHECK_FALSE(rec.contract_error().empty());
+}
+
+TEST_CASE("network delivers deterministically and honours partitions and crashes", "[sim][network]") {
+  auto run = [](std::uint64_t seed) {
+    Prng prng(seed);
+    NetworkOptions o;
+    o.delay_min_ticks = 1;
+    o.delay_max_ticks = 9;
+    o.duplicate_ppm = 100'000;
+    Network net(3, o, prng);
+    for (std::uint8_t i = 0; i < 50; ++i) net.send(i % 3, (i + 1) % 3, Bytes{i}, 0);
+    std::vector<std::uint8_t> order;
+    Packet p;
+    for (std::uint64_t t = 0; t < 20; ++t) {
+      while (net.pop_due(t, p)) order.push_back(p.frame[0]);
+    }
+    return order;
+  };
+  CHECK(run(5) == run(5));
+  CHECK(run(5).size() >= 50);
+
+  Prng prng(1);
+  Network net(3, NetworkOptions{}, prng);
+  net.set_partition({0, 0, 1});
+  net.send(0, 2, Bytes{1}, 0);
+  net.send(0, 1, Bytes{2}, 0);
+  net.send(1, 0, Bytes{3}, 0);
+  net.kill(0);
+  Packet p;
+  std::vector<std::uint8_t> got;
+  while (net.pop_due(100, p)) got.push_back(p.frame[0]);
+  CHECK(got == std::vector<std::uint8_t>{2});
+  CHECK(net.stats().partitioned == 1);
+  CHECK(net.stats().to_dead_node == 1);
+}
+
+TEST_CASE("regression lines parse", "[sim]") {
+  SimConfig c;
+  bool empty = false;
+  std::string error;
+  REQUIRE(parse_regression_line("  # only a comment", c, empty, error));
+  CHECK(empty);
+  REQUIRE(parse_regression_line("42 f=2 scenario=all-crash ticks=900 # why", c, empty, error));
+  CHECK_FALSE(empty);
+  CHECK(c.seed == 42);
+  CHECK(c.f == 2);
+  CHECK(c.scenario == "all-crash");
+  CHECK(c.fault_ticks == 900);
+  CHECK_FALSE(parse_regression_line("x1", c, empty, error));
+  CHECK_FALSE(parse_regression_line("1 f=0", c, empty, error));
+}
+
+TEST_CASE("a calm seed passes and a seed reproduces its run exactly", "[sim][seeds]") {
+  SimConfig c;
+  c.seed = 11;
+  c.scenario = "calm";
+  const SimResult a = run_isolated(c);
+  INFO(a.failure);
+  REQUIRE(a.passed);
+  CHECK(a.stats.completed > 20);
+  const SimResult b = run_isolated(c);
+  CHECK(b.stats.fingerprint == a.stats.fingerprint);
+  CHECK(b.stats.steps == a.stats.steps);
+  c.seed = 12;
+  CHECK(run_isolated(c).stats.fingerprint != a.stats.fingerprint);
+}
+
+TEST_CASE("fixed seeds pass under crashes, partitions and every replica crashing at once", "[sim][seeds]") {
+  for (const char* scenario : {"network", "crash", "all-crash", "null"}) {
+    for (std::uint64_t seed : {1, 2}) {
+      SimConfig c;
+      c.seed = seed;
+      c.scenario = scenario;
+      c.byzantine = false;
+      require_pass(c);
+    }
+  }
+  SimConfig c;
+  c.seed = 3;
+  c.f = 2;
+  c.scenario = "crash";
+  require_pass(c);
+}
+
+TEST_CASE("fixed seeds pass with each Byzantine strategy", "[sim][seeds]") {
+  for (int s = 1; s < static_cast<int>(Strategy::kCount); ++s) {
+    SimConfig c;
+    c.seed = 100 + static_cast<std::uint64_t>(s);
+    c.scenario = std::string(to_string(static_cast<Strategy>(s)));
+    require_pass(c);
+  }
+  SimConfig c;
+  c.seed = 7;
+  c.f = 2;
+  c.scenario = "byzantine";
+  require_pass(c);
+}
+
+TEST_CASE("every seed in sim/regression-seeds.txt passes", "[sim][seeds]") {
+  std::ifstream in(regression_seeds_path());
+  REQUIRE(in);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    SimConfig c;
+    bool empty = false;
+    std::string error;
+    INFO(regression_seeds_path() << ":" << lineno << ": " << error);
+    REQUIRE(parse_regression_line(line, c, empty, error));
+    if (!empty) require_pass(c);
+  }
+}
