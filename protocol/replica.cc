@@ -165,6 +165,10 @@ struct Replica::Impl {
 
   // ---- primary (TOCS §2.3, batching §5.1.4) ----
   std::uint64_t next_seq = 1;
+  // The primary never assigns a seq below this in its view: one past the last seq its NEW-VIEW re-proposed, or
+  // past its last PrePrepareRecord after a restart. It may lie above the window (a new primary whose stable
+  // checkpoint is behind the chosen one); the primary then waits for the window to move.
+  std::uint64_t next_seq_floor = 1;
   std::uint64_t last_timestamp_ns = 0;
   std::uint64_t wall_clock_ns = 0;
 
@@ -191,11 +195,16 @@ struct Replica::Impl {
 
   std::deque<std::pair<NodeId, Message>> future;  // messages for a view not yet entered
   std::size_t future_bytes = 0;
+  std::vector<std::size_t> future_per_sender;  // each replica may fill at most its share of the buffer
 
   // ---- retransmission and state transfer (TOCS §5.3) ----
   std::uint64_t ticks = 0;
   std::uint64_t status_ticks_left = 0;
   std::vector<std::optional<Status>> peer_status;
+  // Retransmissions a peer triggers (answers to STATUS, NEW-VIEW for a stale VIEW-CHANGE) are rate limited per
+  // peer: a faulty replica must not turn small messages into a stream of batch bodies.
+  std::vector<std::uint64_t> last_help_tick;
+  bool may_help(NodeId peer);
   std::uint64_t executed_at_last_status = 0;
   // After a restart the service's durable checkpoint may be newer than any client table we recorded (a crash
   // between Service::checkpoint and the CheckpointRecord reaching the disk); then the replica cannot execute
@@ -350,6 +359,8 @@ Replica::Impl::Impl(const ReplicaOptions& options, NodeId self_id, Service& svc,
   claims.resize(opt.n);
   view_changes.resize(opt.n);
   peer_status.resize(opt.n);
+  last_help_tick.assign(opt.n, UINT64_MAX);
+  future_per_sender.assign(opt.n, 0);
   status_ticks_left = opt.status_interval_ticks;
   // The initial state is checkpoint 0 on every correct replica: the service's initial root and an empty client
   // table. It is the stable checkpoint until the first one at K (and what C claims in an early view change).
@@ -543,12 +554,15 @@ bool Replica::Impl::accept_view(NodeId from, std::uint64_t msg_view, const Messa
 }
 
 void Replica::Impl::buffer_future(NodeId from, const Message& m) {
+  BFT_ASSERT(from < opt.n);
   const std::size_t bytes = approx_bytes(m);
-  if (future.size() >= kFutureMessagesMax || future_bytes + bytes > kFutureBytesMax) {
+  if (future.size() >= kFutureMessagesMax || future_bytes + bytes > kFutureBytesMax ||
+      future_per_sender[from] >= kFutureMessagesMax / opt.n) {
     stats.rejected_wrong_view++;
     return;
   }
   future_bytes += bytes;
+  future_per_sender[from]++;
   future.emplace_back(from, m);
 }
 
@@ -556,6 +570,7 @@ void Replica::Impl::replay_future() {
   std::deque<std::pair<NodeId, Message>> pending_msgs;
   pending_msgs.swap(future);
   future_bytes = 0;
+  future_per_sender.assign(opt.n, 0);
   for (auto& [from, m] : pending_msgs) {
     std::uint64_t v = 0;
     if (const auto* pp = std::get_if<PrePrepare>(&m)) v = pp->view;
@@ -972,6 +987,7 @@ void Replica::Impl::learn_committed(Entry& e, std::uint64_t v, const Digest& d) 
     e.commit_senders = 0;
     e.sent_prepare = false;
     e.sent_commit = false;
+    e.pre_prepared = false;  // a PrePrepareRecord of view v is written if the body is attached below
   }
   e.has_digest = true;
   e.digest = d;
@@ -1270,9 +1286,17 @@ void Replica::Impl::apply_deferred() {
 // Catch-up: STATUS, FETCH-BATCH, BATCH-DATA (TOCS §5.2/§5.3 retransmission)
 // ---------------------------------------------------------------------------------------------------------------
 
+bool Replica::Impl::may_help(NodeId peer) {
+  const std::uint64_t gap = std::max<std::uint64_t>(1, opt.status_interval_ticks / 2);
+  if (last_help_tick[peer] != UINT64_MAX && ticks - last_help_tick[peer] < gap) return false;
+  last_help_tick[peer] = ticks;
+  return true;
+}
+
 void Replica::Impl::on_status(NodeId from, const Status& st) {
   const std::optional<Status> prev = peer_status[from];
   peer_status[from] = st;
+  if (!may_help(from)) return;
 
   // View help: a peer behind our view gets the NEW-VIEW that proves it; a peer in our view change gets our
   // VIEW-CHANGE again (both are self-certifying, so forwarding them is safe).
@@ -1607,7 +1631,7 @@ void Replica::Impl::on_view_change(NodeId from, const ViewChange& vc) {
   }
   if (vc.new_view < view || (vc.new_view == view && !in_view_change)) {
     // The sender is behind: the NEW-VIEW of our view brings it here.
-    if (last_new_view && !in_view_change) send(from, *last_new_view);
+    if (last_new_view && !in_view_change && may_help(from)) send(from, *last_new_view);
     stats.rejected_wrong_view++;
     return;
   }
@@ -1814,6 +1838,7 @@ void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& d
   if (primary_of(v) == self) {
     // The new primary continues after the last re-proposed seq.
     next_seq = std::max({h, hs, decision.max_seq(), last_committed}) + 1;
+    next_seq_floor = next_seq;
     pending.clear();
     for (const NewViewChoice& c : decision.choices) {
       if (c.seq <= last_executed) continue;
@@ -2049,7 +2074,7 @@ void Replica::Impl::recover(const std::vector<PersistRecord>& log) {
   if (auto it = max_pp_seq_by_view.find(view); it != max_pp_seq_by_view.end()) {
     next_seq = std::max(next_seq, it->second + 1);
   }
-  next_seq = std::min(next_seq, h + opt.log_window + 1);
+  next_seq_floor = next_seq;
   if (in_view_change) {
     ViewChange vc = build_view_change();
     vc.signature = crypto.sign(view_change_signing_bytes(vc));
@@ -2082,7 +2107,7 @@ void Replica::Impl::check_invariants_fast() const {
   BFT_ASSERT(own_checkpoints.begin()->first == h);
   if (!in_view_change && primary_of(view) == self) {
     BFT_ASSERT(next_seq >= last_committed + 1);
-    BFT_ASSERT(next_seq <= h + L + 1);
+    BFT_ASSERT(next_seq <= std::max(h + L + 1, next_seq_floor));
   }
   BFT_ASSERT(!in_view_change || view > 0);
   BFT_ASSERT(!pending_new_view || (in_view_change && primary_of(view) == self));

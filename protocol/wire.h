@@ -17,8 +17,9 @@
 //
 // The MAC is MAC(session key(sender, receiver), header || body). Decoding checks, one reason per check, in
 // this order: length, magic, version, reserved fields, type, body size, sender known, receiver == self, MAC,
-// then the body field by field against the limits in messages.h, then cross-field consistency (header view/
-// seq/digest equal the body's, no trailing bytes). Nothing is allocated before the size it depends on is
+// the sender's role (see decode_frame), then the body field by field against the limits in messages.h, then
+// cross-field consistency (no trailing bytes, result digest, header view/seq/digest equal the body's, a view
+// change's signer is its sender). Nothing is allocated before the size it depends on is
 // checked. A rejected frame is counted and dropped by the caller; decoding never throws or asserts on input.
 #pragma once
 
@@ -72,7 +73,7 @@ Bytes seal_for(const Bytes& unsealed, NodeId receiver, const Crypto& crypto);
 
 struct Decoded {
   Reject reject = Reject::kNone;
-  NodeId sender = 0;
+  NodeId sender = 0;  // the header's sender once the header parsed; authenticated only when ok()
   Message message;
   bool ok() const { return reject == Reject::kNone; }
 };

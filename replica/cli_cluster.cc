@@ -82,6 +82,7 @@ int cluster_start(int argc, char** argv) {
   p.option("service", "NAME", "replicated service", "counter");
   p.flag("no-batching", "one request per pre-prepare");
   p.option("batch-max", "N", "requests per pre-prepare", "64");
+  p.option("batch-window", "W", "batches in flight before requests wait to be batched", "1");
   p.flag("no-fsync", "replicas do not fdatasync their logs (NOT durable; measurements only)");
   p.option("log-level", "LEVEL", "replicas' log level", "info");
   p.option("timeout-s", "S", "how long to wait for the replicas to come up", "15");
@@ -92,6 +93,7 @@ int cluster_start(int argc, char** argv) {
   const auto port = p.get_u64("base-port", ok, 1, 65535 - 64);
   const auto timeout_s = p.get_u64("timeout-s", ok, 1, 3600);
   p.get_u64("batch-max", ok, 1, 1024);
+  p.get_u64("batch-window", ok, 1, 1024);
   if (!ok) return kExitUsage;
   const std::string dir = p.get("dir");
   const std::string conf = dir + "/cluster.conf";
@@ -125,7 +127,7 @@ int cluster_start(int argc, char** argv) {
     ::unlink((data + "/status.json").c_str());  // readiness is judged on this incarnation's file only
     std::vector<std::string> args = {exe,    "replica", "--config",   conf, "--id", std::to_string(i), "--data",
                                      data,   "--service", p.get("service"), "--log-level", p.get("log-level"),
-                                     "--batch-max", p.get("batch-max")};
+                                     "--batch-max", p.get("batch-max"), "--batch-window", p.get("batch-window")};
     if (p.has("no-batching")) args.push_back("--no-batching");
     if (p.has("no-fsync")) args.push_back("--no-fsync");
     const pid_t pid = ::fork();

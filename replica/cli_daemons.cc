@@ -39,6 +39,7 @@ int cmd_replica(int argc, char** argv) {
   p.option("log-level", "LEVEL", "debug|info|warn|error", "info");
   p.flag("no-batching", "one request per pre-prepare (batch_window = 0)");
   p.option("batch-max", "N", "requests per pre-prepare", "64");
+  p.option("batch-window", "W", "batches in flight before requests wait to be batched", "1");
   p.option("checkpoint-interval", "K", "checkpoint every K sequence numbers (log window 2K)", "128");
   p.flag("no-fsync", "do not fdatasync the log (NOT durable; for measuring what fsync costs)");
   p.flag("check-invariants", "check the core's invariants after every step (slow)");
@@ -52,6 +53,7 @@ int cmd_replica(int argc, char** argv) {
   o.core.batch_requests_max = static_cast<std::uint32_t>(p.get_u64("batch-max", ok, 1, kBatchRequestsMax));
   o.core.checkpoint_interval = p.get_u64("checkpoint-interval", ok, 1, 1u << 20);
   o.core.log_window = 2 * o.core.checkpoint_interval;
+  o.core.batch_window = static_cast<std::uint32_t>(p.get_u64("batch-window", ok, 1, 1024));
   if (p.has("no-batching")) o.core.batch_window = 0;
   o.wal.fsync = !p.has("no-fsync");
   o.check_invariants = p.has("check-invariants");

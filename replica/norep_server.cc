@@ -12,6 +12,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "replica/data_dir_lock.h"
 #include "replica/loop_stop.h"
 #include "replica/service_factory.h"
 #include "replica/status_file.h"
@@ -32,7 +33,8 @@ constexpr NodeId kServerId = 0;
 struct NorepServer::Impl {
   NorepOptions options;
   ClusterConfig config;
-  EventBasePtr base;  // destroyed last
+  DataDirLock lock;   // released last
+  EventBasePtr base;
   std::unique_ptr<Crypto> crypto;
   std::unique_ptr<Service> service;
   std::unique_ptr<Wal> wal;
@@ -203,9 +205,7 @@ std::string NorepServer::create(const NorepOptions& options, std::unique_ptr<Nor
   if (std::string err = load_secret(secret_path_for(options.config_path, kServerId), secret); !err.empty()) return err;
   m.crypto = make_crypto(m.config, kServerId, secret);
   if (m.crypto == nullptr) return "cannot build the crypto context of the server";
-  if (::mkdir(options.data_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return "cannot create data directory " + options.data_dir + ": " + std::strerror(errno);
-  }
+  if (std::string err = m.lock.acquire(options.data_dir); !err.empty()) return err;
   m.status_path = options.data_dir + "/status.json";
   m.service = make_service(options.service, nullptr);
   if (m.service == nullptr) return "unknown service '" + options.service + "' (expected " + service_names() + ")";

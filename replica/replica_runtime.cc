@@ -11,6 +11,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "replica/data_dir_lock.h"
 #include "replica/file_snapshot_store.h"
 #include "replica/loop_stop.h"
 #include "replica/service_factory.h"
@@ -48,7 +49,8 @@ constexpr std::size_t kLazySyncRecordsMax = 1024;
 struct ReplicaRuntime::Impl {
   ReplicaRuntimeOptions options;
   ClusterConfig config;
-  EventBasePtr base;  // first member: destroyed last, after every event that refers to it
+  DataDirLock lock;   // released last
+  EventBasePtr base;  // destroyed after every event that refers to it
   std::unique_ptr<Crypto> crypto;
   std::unique_ptr<FileSnapshotStore> store;
   std::unique_ptr<Service> service;
@@ -220,7 +222,7 @@ ReplicaRuntime::ReplicaRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 
 ReplicaRuntime::~ReplicaRuntime() {
   if (impl_ == nullptr) return;
-  // Events before the objects their callbacks use; the base last (it is the first member).
+  // Events before the objects their callbacks use; the base after them (members are destroyed in reverse).
   impl_->tick_ev.reset();
   impl_->status_ev.reset();
   impl_->stopper.reset();
@@ -245,9 +247,7 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
   if (m.crypto == nullptr) return "cannot build the crypto context of node " + std::to_string(options.id);
   m.ctx = "r" + std::to_string(options.id);
 
-  if (::mkdir(options.data_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return "cannot create data directory " + options.data_dir + ": " + std::strerror(errno);
-  }
+  if (std::string err = m.lock.acquire(options.data_dir); !err.empty()) return err;
   m.status_path = options.data_dir + "/status.json";
   if (std::string err = FileSnapshotStore::open(options.data_dir + "/snapshots", m.store); !err.empty()) return err;
   m.service = make_service(options.service, m.store.get());

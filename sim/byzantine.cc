@@ -136,7 +136,9 @@ void Byzantine::lie_in_view_change(ViewChange& vc) {
   const std::uint64_t h = vc.stable_seq;
   const std::uint64_t window = std::max<std::uint64_t>(log_window_, 1);
   // Omit some true claims (a liar may hide what it prepared).
-  if (!vc.prepared.empty() && prng_.chance(1, 2)) vc.prepared.erase(vc.prepared.begin() + static_cast<std::ptrdiff_t>(prng_.below(vc.prepared.size())));
+  if (!vc.prepared.empty() && prng_.chance(1, 2)) {
+    vc.prepared.erase(vc.prepared.begin() + static_cast<std::ptrdiff_t>(prng_.below(vc.prepared.size())));
+  }
   // Claim to have prepared random batches at random sequence numbers of the window, one claim per seq.
   std::set<std::uint64_t> claimed;
   for (const auto& p : vc.prepared) claimed.insert(p.seq);

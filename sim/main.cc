@@ -5,7 +5,7 @@
 //   bftfs-sim --seed S [-v]                         one seed in this process (-v: every event and debug log)
 //   bftfs-sim --regressions                         every seed of sim/regression-seeds.txt
 //   common options: --ticks T (fault phase length), --f F, --no-byzantine, --scenario NAME,
-//                   --liveness-ticks T (bound on the liveness phase)
+//                   --liveness-ticks T (bound on the liveness phase), --service counter|null
 // Exit status: 0 if every seed passed, 1 if any failed, 2 on a usage error.
 #include <unistd.h>
 
@@ -32,6 +32,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: bftfs-sim [--seeds N] [--start S] [--jobs J] [--seed S] [-v] [--regressions]\n"
                "                 [--ticks T] [--liveness-ticks T] [--f F] [--no-byzantine] [--scenario NAME]\n"
+               "                 [--service counter|null]\n"
                "scenarios:");
   for (const auto& s : bftfs::sim::scenario_names()) std::fprintf(stderr, " %s", s.c_str());
   for (int i = 1; i < static_cast<int>(bftfs::sim::Strategy::kCount); ++i) {
@@ -162,6 +163,12 @@ int main(int argc, char** argv) {
         return 2;
       }
       base.scenario = argv[++i];
+    } else if (a == "--service") {
+      if (i + 1 >= argc) {
+        usage();
+        return 2;
+      }
+      base.service = argv[++i];
     } else if (a == "-v" || a == "--verbose") {
       base.verbose = true;
     } else if (a == "--regressions") {
@@ -172,6 +179,11 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (const std::string error = bftfs::sim::check_config(base); !error.empty()) {
+    std::fprintf(stderr, "bftfs-sim: %s\n", error.c_str());
+    usage();
+    return 2;
+  }
   if (one) {
     const SimResult r = bftfs::sim::run_simulation(base);
     std::printf("seed %llu: %s\n  scenario: %s\n", static_cast<unsigned long long>(r.seed),
@@ -198,6 +210,11 @@ int main(int argc, char** argv) {
       if (!bftfs::sim::parse_regression_line(line, c, empty, error)) {
         std::fprintf(stderr, "bftfs-sim: %s:%d: %s\n", bftfs::sim::regression_seeds_path().c_str(), lineno,
                      error.c_str());
+        return 2;
+      }
+      if (const std::string bad = empty ? "" : bftfs::sim::check_config(c); !bad.empty()) {
+        std::fprintf(stderr, "bftfs-sim: %s:%d: %s\n", bftfs::sim::regression_seeds_path().c_str(), lineno,
+                     bad.c_str());
         return 2;
       }
       if (!empty) configs.push_back(c);

@@ -59,6 +59,7 @@ void RecordingService::rollback_to(std::uint64_t seq) {
   if (seq < committed_through_) {
     breach("rollback_to(" + std::to_string(seq) + ") below commit_through(" + std::to_string(committed_through_) +
            ")");
+    return;  // the inner service would assert; the simulator reports the breach with its trace instead
   }
   bool dropped = false;
   while (!tentative_.empty() && tentative_.back().seq > seq) {

@@ -103,7 +103,9 @@ struct Scenario {
 
   std::string describe() const {
     std::string byz;
-    for (const auto& [id, s] : byzantine) byz += fmt("%s%u:%s", byz.empty() ? "" : ",", id, std::string(to_string(s)).c_str());
+    for (const auto& [id, s] : byzantine) {
+      byz += fmt("%s%u:%s", byz.empty() ? "" : ",", id, std::string(to_string(s)).c_str());
+    }
     return fmt("mode=%s f=%u n=%u clients=%u%s service=%s byz=[%s] crash=%uppm net=delay%u-%u loss=%uppm "
                "dup=%uppm partition=%uppm slow=%uppm K=%llu L=%llu batch=%u/%u tentative=%d vc_timeout=%u "
                "status=%u digests=%d",
@@ -162,6 +164,14 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
     s.mode = Mode::kByzantine;
   } else {
     error = "unknown scenario '" + name + "'";
+    return false;
+  }
+  if (c.service == "null") {
+    null_variant = true;
+  } else if (c.service == "counter") {
+    null_variant = false;
+  } else if (!c.service.empty()) {
+    error = "unknown service '" + c.service + "'";
     return false;
   }
   if (s.mode == Mode::kByzantine && !c.byzantine) {
@@ -372,7 +382,8 @@ Simulation* g_running = nullptr;  // for the SIGABRT handler: the run whose trac
 
 class Simulation {
  public:
-  explicit Simulation(const SimConfig& config) : config_(config), prng_(mix(config.seed, 0xFA17)), net_prng_(mix(config.seed, 0x4E7)) {}
+  explicit Simulation(const SimConfig& config)
+      : config_(config), prng_(mix(config.seed, 0xFA17)), net_prng_(mix(config.seed, 0x4E7)) {}
 
   SimResult run();
   // Called from the SIGABRT handler: the header and the trace, on stderr.
@@ -1090,6 +1101,7 @@ SimResult Simulation::run() {
     std::string repro = fmt("bftfs-sim --seed %llu --ticks %llu", ull(config_.seed), ull(config_.fault_ticks));
     if (config_.f != 0) repro += fmt(" --f %u", config_.f);
     if (!config_.scenario.empty()) repro += " --scenario " + config_.scenario;
+    if (!config_.service.empty()) repro += " --service " + config_.service;
     if (!config_.byzantine) repro += " --no-byzantine";
     result.failure = fmt("FAIL seed=%llu step=%llu tick=%llu phase=%s: ", ull(config_.seed), ull(step_), ull(now_),
                          phase_name()) +
@@ -1118,6 +1130,12 @@ void on_abort(int sig) {
 }
 
 }  // namespace
+
+std::string check_config(const SimConfig& config) {
+  Scenario s;
+  std::string error;
+  return make_scenario(config, s, error) ? "" : error;
+}
 
 const std::vector<std::string>& scenario_names() {
   static const std::vector<std::string> names = {"random", "calm",      "network",   "crash",

@@ -34,6 +34,9 @@ struct SimConfig {
   // "" or "random": chosen by the seed. Otherwise one of scenario_names(), or a Byzantine strategy name
   // (sim/byzantine.h) to force that strategy.
   std::string scenario;
+  // "" : chosen by the seed (the counter mostly, the null service with a pipelining client sometimes);
+  // "counter" or "null" to force one.
+  std::string service;
   bool verbose = false;  // print every event and debug logs to stdout as the run goes
   std::uint32_t trace_events = 48;  // events kept for the failure report
 };
@@ -95,6 +98,9 @@ struct SimResult {
   SimStats stats;
 };
 
+// "" if the configuration names a known scenario and service and a valid f, else why not.
+std::string check_config(const SimConfig& config);
+
 // Runs one seed in this process. A violation is reported in the result; an assertion inside a core aborts the
 // process (use run_isolated to survive it).
 SimResult run_simulation(const SimConfig& config);
@@ -108,7 +114,7 @@ SimResult run_isolated(const SimConfig& config);
 std::vector<SimResult> run_many(const std::vector<SimConfig>& configs, unsigned jobs,
                                 const std::function<void(const SimResult&)>& done);
 
-// sim/regression-seeds.txt: one run per line, "SEED [key=value ...]" with keys f, ticks, scenario,
+// sim/regression-seeds.txt: one run per line, "SEED [key=value ...]" with keys f, ticks, scenario, service,
 // byzantine (0/1); '#' starts a comment. Returns false with `error` set on a malformed line.
 bool parse_regression_line(const std::string& line, SimConfig& out, bool& empty, std::string& error);
 // Path of sim/regression-seeds.txt in the source tree this library was built from.

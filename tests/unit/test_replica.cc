@@ -656,6 +656,35 @@ TEST_CASE("a replica joins a view change when f+1 others ask for a higher view",
   CHECK(c.service(3).value() == 1);
 }
 
+TEST_CASE("a replica alone in a view change learns committed batches from commit certificates", "[replica][view_change]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  // Replica 3 is cut off from the replicas, holding a request nobody else sees: it times out and changes views
+  // alone.
+  c.drop = [](const Envelope& e) { return (e.to == 3 && e.from < 4) || (e.from == 3 && e.to < 4); };
+  c.send(c.increment(c.client_ids[1]), 3);
+  c.run();
+  REQUIRE(c.tick_until([&] { return c.r(3).in_view_change(); }, 1000));
+  c.drop = nullptr;
+  const NodeId client = c.client_ids[0];
+  for (int k = 0; k < 3; k++) c.do_increment(client);
+  // The others stay in view 0 (one view change is not f+1); replica 3 stays in its view change but catches up.
+  REQUIRE(c.tick_until([&] { return c.r(3).last_committed() == c.r(0).last_committed(); }, 1000));
+  CHECK(c.r(0).view() == 0);
+  CHECK(c.r(3).in_view_change());
+  CHECK(c.r(3).view() == 1);
+  CHECK(c.service(3).value() == 3);
+  require_agreement(c, {0, 1, 2, 3});
+  // When the others do change views (the primary fails with a request outstanding), it is already there.
+  c.crash(0);
+  const Request req = c.increment(client);
+  c.send_all(req);
+  REQUIRE(c.tick_until([&] { return c.r(1).view() == 1 && !c.r(1).in_view_change() && !c.r(3).in_view_change(); }));
+  CHECK(c.await(client, req.request_id).value == 4);
+  CHECK(c.r(3).stats().view_changes_started == 1);
+  CHECK(quiet.new_errors() == 0);
+}
+
 TEST_CASE("view change messages and new-view messages with bad signatures are rejected", "[replica][view_change]") {
   LogQuiet quiet;
   Cluster c(small_options());

@@ -188,3 +188,14 @@ TEST_CASE("file snapshot store: put replaces atomically and get reads back", "[r
   REQUIRE(again->get("state", out));
   CHECK(out == Bytes{4, 5});
 }
+
+TEST_CASE("a data directory is used by one daemon at a time", "[runtime]") {
+  NorepFixture f;
+  NorepOptions o;
+  o.config_path = f.conf;
+  o.data_dir = f.dir.path + "/norep";  // the fixture's server holds it
+  std::unique_ptr<NorepServer> second;
+  const std::string err = NorepServer::create(o, second);
+  CHECK(second == nullptr);
+  CHECK_THAT(err, Catch::Contains("in use"));
+}
