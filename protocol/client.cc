@@ -100,9 +100,15 @@ struct Client::Impl {
     }
   }
 
+  // Sends queued requests while fewer than `window` are in flight AND the queued id is within `window` of the
+  // oldest unfinished one. The second bound is the replicas' contract (ReplicaOptions::client_window): they
+  // treat an id at or below (highest executed - client_window) as stale and never execute it, so a request that
+  // lags (lost, retransmitted with backoff) must not let later ids run that far ahead of it (sim finding F1).
   void pump() {
     while (sent_count < opt.window && !queue.empty()) {
       const std::uint64_t id = queue.front();
+      BFT_ASSERT(!requests.empty());
+      if (id >= requests.begin()->first + opt.window) break;
       queue.pop_front();
       auto it = requests.find(id);
       BFT_ASSERT(it != requests.end());
