@@ -10,6 +10,18 @@
 // - Network input never asserts: every rejection increments one ReplicaStats counter. BFT_ASSERT is only for
 //   our own invariants.
 // - The log is a ring of L slots indexed by seq % L holding seqs in (h, h+L] (the watermarks, TOCS §2.5).
+//
+// Decisions beyond the paper (each is explained where it is implemented):
+// - 2f+1 matching COMMITs alone prove a batch committed; a replica that missed the pre-prepare (catch-up) or that
+//   changes views alone (it cannot return to the view the others run) executes it from that certificate
+//   (check_committed, on_old_commit).
+// - A BATCH-DATA is accepted only for a digest already decided (pre-prepare, NEW-VIEW choice, certificate).
+// - The new primary fetches the chosen bodies it lacks before it sends NEW-VIEW, so that it persists a
+//   PrePrepareRecord for every re-proposed seq first (try_new_view).
+// - The view-change timer waits for ordered batches to commit, not only to execute tentatively (update_timer).
+// - Execution stops while a state transfer is under way: the install replaces the state wholesale.
+// - Peers answer a STATUS only when the sender made no progress since its previous one, and at most once per
+//   half status interval per peer (on_status, may_help).
 #include "protocol/replica.h"
 
 #include <algorithm>
@@ -276,7 +288,7 @@ struct Replica::Impl {
   bool accept_view(NodeId from, std::uint64_t msg_view, const Message& m);
   void buffer_future(NodeId from, const Message& m);
   void replay_future();
-  bool validate_request(const Request& r, bool count_rejection);
+  std::optional<Digest> validate_request(const Request& r);
   void enqueue(const Request& r, const Digest& d);
   void forget_request(NodeId client, std::uint64_t request_id);
   void send_cached_reply(NodeId client, std::uint64_t request_id);
@@ -589,19 +601,20 @@ void Replica::Impl::replay_future() {
 // Requests (TOCS §2.1, §3.2 authenticators, §5.1.3 read-only)
 // ---------------------------------------------------------------------------------------------------------------
 
-// Checks the fields a correct client always sets and this replica's authenticator entry.
-bool Replica::Impl::validate_request(const Request& r, bool count_rejection) {
+// Checks the fields a correct client always sets and this replica's authenticator entry (TOCS §3.2); returns
+// the request digest, or nothing (counted) if the request is not acceptable.
+std::optional<Digest> Replica::Impl::validate_request(const Request& r) {
   if (r.client < opt.n || r.request_id == 0 || r.authenticator.size() != opt.n ||
       (r.flags & ~kRequestFlagsKnown) != 0 || r.op.size() > kOpBytesMax) {
-    if (count_rejection) stats.rejected_invalid++;
-    return false;
+    stats.rejected_invalid++;
+    return std::nullopt;
   }
   const Digest d = r.digest();
   if (!crypto.verify_mac(r.client, d.bytes, r.authenticator[self])) {
-    if (count_rejection) stats.rejected_bad_authenticator++;
-    return false;
+    stats.rejected_bad_authenticator++;
+    return std::nullopt;
   }
-  return true;
+  return d;
 }
 
 void Replica::Impl::on_request(NodeId from, const Request& r) {
@@ -611,16 +624,9 @@ void Replica::Impl::on_request(NodeId from, const Request& r) {
     stats.rejected_invalid++;
     return;
   }
-  if (r.client < opt.n || r.request_id == 0 || r.authenticator.size() != opt.n ||
-      (r.flags & ~kRequestFlagsKnown) != 0) {
-    stats.rejected_invalid++;
-    return;
-  }
-  const Digest d = r.digest();
-  if (!crypto.verify_mac(r.client, d.bytes, r.authenticator[self])) {
-    stats.rejected_bad_authenticator++;
-    return;
-  }
+  const std::optional<Digest> valid = validate_request(r);
+  if (!valid) return;
+  const Digest& d = *valid;
   if (r.read_only()) {
     // Executed only when no tentative state exists (TOCS §5.1.3); never ordered.
     if (read_only_queue.size() >= kReadOnlyQueueMax) {
@@ -837,7 +843,7 @@ void Replica::Impl::on_pre_prepare(NodeId from, const PrePrepare& pp, const Mess
       stats.rejected_invalid++;
       return;
     }
-    if (!validate_request(r, true)) return;
+    if (!validate_request(r)) return;
   }
   const Digest d = pp.batch.digest();
   Entry& e = get_or_create(pp.seq);
@@ -988,6 +994,7 @@ void Replica::Impl::learn_committed(Entry& e, std::uint64_t v, const Digest& d) 
     e.sent_prepare = false;
     e.sent_commit = false;
     e.pre_prepared = false;  // a PrePrepareRecord of view v is written if the body is attached below
+    e.prepared = false;
   }
   e.has_digest = true;
   e.digest = d;
@@ -1544,10 +1551,17 @@ std::uint64_t Replica::Impl::view_change_timeout_ticks() {
 // TOCS §4.5.2: a backup waiting for a request to execute runs the timer. We wait for known fresh requests and
 // for ordered batches to commit (a tentatively executed batch that never commits blocks checkpoints). While
 // changing views, the timer runs once 2f+1 VIEW-CHANGE messages for the new view are in (so a replica alone does
-// not race ahead).
+// not race ahead), or once a peer's STATUS shows that view installed or passed: then its NEW-VIEW exists but may
+// be lost for good (a restarted primary cannot resend it), and only the next view change can help.
 void Replica::Impl::update_timer() {
   if (in_view_change) {
-    if (vc_timer_ticks_left == 0 && view_changes_for(view) >= quorum) vc_timer_ticks_left = view_change_timeout_ticks();
+    if (vc_timer_ticks_left != 0) return;
+    bool start = view_changes_for(view) >= quorum;
+    for (NodeId r = 0; r < opt.n && !start; r++) {
+      const auto& st = peer_status[r];
+      start = r != self && st && (st->view > view || (st->view == view && !st->in_view_change));
+    }
+    if (start) vc_timer_ticks_left = view_change_timeout_ticks();
     return;
   }
   const bool waiting = primary_of(view) != self && !fetcher.active() && !service_diverged &&
@@ -1707,8 +1721,11 @@ void Replica::Impl::finish_new_view() {
   broadcast(std::move(p.nv));
 }
 
+// A NEW-VIEW is signed by the new primary and carries its proof, so a copy relayed by any replica is as good as
+// the original (a restarted primary holds no NEW-VIEW to resend: it is not among the records).
 void Replica::Impl::on_new_view(NodeId from, const NewView& nv) {
-  if (from != primary_of(nv.view) || nv.view == 0) {
+  (void)from;
+  if (nv.view == 0) {
     stats.rejected_invalid++;
     return;
   }
@@ -1716,7 +1733,7 @@ void Replica::Impl::on_new_view(NodeId from, const NewView& nv) {
     if (nv.view < view) stats.rejected_wrong_view++;
     return;  // old, or a retransmission of the view we are in
   }
-  if (!crypto.verify_signature(from, new_view_signing_bytes(nv), nv.signature)) {
+  if (!crypto.verify_signature(primary_of(nv.view), new_view_signing_bytes(nv), nv.signature)) {
     stats.rejected_bad_signature++;
     return;
   }

@@ -719,7 +719,8 @@ void Simulation::after_replica_step(ReplicaNode& r) {
   } else {
     for (const auto& b : r.replica->committed_history()) checker_->on_committed(r.id, b.seq, b.digest);
     r.replica->trim_history();
-    for (const auto& rec : r.recording->take_final()) {
+    for (auto& rec : r.recording->take_final()) {
+      if (config_.sabotage_results && r.id == 1) rec.result_digest.bytes[0] ^= 1;
       if (config_.verbose) {
         event(fmt("final r%u s%llu c%u r%llu %s", r.id, ull(rec.seq), rec.client, ull(rec.request_id),
                   rec.result_digest.short_hex().c_str()));

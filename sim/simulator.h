@@ -38,6 +38,9 @@ struct SimConfig {
   // "counter" or "null" to force one.
   std::string service;
   bool verbose = false;  // print every event and debug logs to stdout as the run goes
+  // Tests of the simulator only: replica 1's final executions reach the checker with an altered result digest,
+  // so a run must fail with "agreed results" or "accepted result" (proves the checker is wired to the cluster).
+  bool sabotage_results = false;
   std::uint32_t trace_events = 48;  // events kept for the failure report
 };
 

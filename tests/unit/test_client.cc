@@ -236,32 +236,41 @@ TEST_CASE("client pipelines up to its window and queues the rest in id order") {
   o.window = 3;
   Fixture fx(o);
   std::vector<std::uint64_t> ids;
-  for (int i = 0; i < 5; ++i) ids.push_back(fx.client->submit(Bytes{static_cast<std::uint8_t>(i)}));
-  CHECK(fx.client->in_flight() == 5);
+  for (int i = 0; i < 6; ++i) ids.push_back(fx.client->submit(Bytes{static_cast<std::uint8_t>(i)}));
+  CHECK(fx.client->in_flight() == 6);
   auto sends = fx.sends();
   REQUIRE(sends.size() == 3);
   for (std::size_t i = 0; i < 3; ++i) CHECK(Fixture::request_of(sends[i]).request_id == ids[i]);
-  // Completing the second (out of order) sends the fourth.
+  // Completing the second (out of order) frees a slot, but the fourth id is `window` ahead of the oldest
+  // unfinished request: the replicas would call the oldest stale once the fourth executed (sim finding F1).
   fx.reply(0, ids[1], kResult, 0);
   fx.reply(1, ids[1], kResult, 0, false);
   auto done = fx.client->take_completions();
   REQUIRE(done.size() == 1);
   CHECK(done[0].request_id == ids[1]);
+  CHECK(fx.sends().empty());
+  // Completing the oldest lets the fourth and fifth go, in id order; the sixth is still too far ahead.
+  fx.reply(0, ids[0], kResult, 0);
+  fx.reply(1, ids[0], kResult, 0, false);
+  REQUIRE(fx.client->take_completions().size() == 1);
+  sends = fx.sends();
+  REQUIRE(sends.size() == 2);
+  CHECK(Fixture::request_of(sends[0]).request_id == ids[3]);
+  CHECK(Fixture::request_of(sends[1]).request_id == ids[4]);
+  // A reply to a queued (unsent) request cannot be genuine.
+  fx.reply(0, ids[5], kResult, 0);
+  CHECK(fx.client->stats().replies_rejected == 1);
+  fx.reply(0, ids[2], kResult, 0);
+  fx.reply(1, ids[2], kResult, 0, false);
   sends = fx.sends();
   REQUIRE(sends.size() == 1);
-  CHECK(Fixture::request_of(sends[0]).request_id == ids[3]);
-  // A reply to a queued (unsent) request cannot be genuine.
-  fx.reply(0, ids[4], kResult, 0);
-  CHECK(fx.client->stats().replies_rejected == 1);
-  for (std::uint64_t id : {ids[0], ids[2], ids[3]}) {
+  CHECK(Fixture::request_of(sends[0]).request_id == ids[5]);
+  for (std::uint64_t id : {ids[3], ids[4], ids[5]}) {
     fx.reply(0, id, kResult, 0);
     fx.reply(1, id, kResult, 0, false);
   }
-  CHECK(fx.client->take_completions().size() == 3);
-  sends = fx.sends();
-  REQUIRE(sends.size() == 1);
-  CHECK(Fixture::request_of(sends[0]).request_id == ids[4]);
-  CHECK(fx.client->in_flight() == 1);
+  CHECK(fx.client->take_completions().size() == 4);
+  CHECK(fx.client->in_flight() == 0);
 }
 
 TEST_CASE("client sends read-only requests to every replica and accepts 2f+1 matching") {

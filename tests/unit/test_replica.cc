@@ -602,6 +602,45 @@ TEST_CASE("view change after the primary is silent preserves a prepared request"
   CHECK(quiet.new_errors() == 0);
 }
 
+TEST_CASE("a new primary fetches a chosen batch it never saw before sending the new view", "[replica][view_change]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  // Replica 1 (the next primary) never gets the pre-prepare; 2 and 3 prepare it; no commit of view 0 arrives.
+  c.drop = [](const Envelope& e) {
+    if (const auto* pp = std::get_if<PrePrepare>(&e.message)) return pp->view == 0 && e.to == 1;
+    if (const auto* cm = std::get_if<Commit>(&e.message)) return cm->view == 0;
+    return false;
+  };
+  const NodeId client = c.client_ids[0];
+  const Request req = c.increment(client);
+  c.send_all(req);
+  c.run();
+  REQUIRE(c.r(2).last_executed() == 1);
+  REQUIRE(c.r(1).last_executed() == 0);
+  const Digest original = [&] {
+    for (const auto& rec : c.wal[2]) {
+      if (const auto* pp = std::get_if<PrePrepareRecord>(&rec)) return pp->batch.digest();
+    }
+    return Digest{};
+  }();
+  c.crash(0);
+  REQUIRE(c.tick_until([&] {
+    for (NodeId i = 1; i < 4; i++) {
+      if (c.r(i).view() != 1 || c.r(i).in_view_change() || c.r(i).last_committed() < 1) return false;
+    }
+    return true;
+  }));
+  // The re-proposed batch is the original one (same digest), executed once everywhere.
+  for (NodeId i = 1; i < 4; i++) {
+    REQUIRE(!c.r(i).committed_history().empty());
+    CHECK(c.r(i).committed_history()[0].digest == original);
+    CHECK(c.service(i).value() == 1);
+  }
+  CHECK(c.count_delivered([](const Envelope& e) { return is<BatchData>(e) && e.to == 1; }) >= 1);
+  CHECK(c.await(client, req.request_id).value == 1);
+  CHECK(quiet.new_errors() == 0);
+}
+
 TEST_CASE("a tentatively executed batch that the new view drops is rolled back", "[replica][view_change]") {
   LogQuiet quiet;
   Cluster c(small_options());

@@ -307,14 +307,15 @@ TEST_CASE("fixed seeds pass under crashes, partitions and every replica crashing
   require_pass(c);
 }
 
-TEST_CASE("a pipelining client on the null service passes a calm seed", "[sim][seeds]") {
-  // With message loss the pipelining client runs into sim/FINDINGS.md F1; once that is fixed, seed 7 of
-  // sim/regression-seeds.txt covers the faulty case.
-  SimConfig c;
-  c.seed = 1;
-  c.scenario = "calm";
-  c.service = "null";
-  require_pass(c);
+TEST_CASE("a pipelining client on the null service passes calm and crash seeds", "[sim][seeds]") {
+  for (const char* scenario : {"calm", "crash"}) {
+    SimConfig c;
+    c.seed = 2;
+    c.scenario = scenario;
+    c.service = "null";
+    c.byzantine = false;
+    require_pass(c);
+  }
 }
 
 TEST_CASE("fixed seeds pass with each Byzantine strategy", "[sim][seeds]") {
@@ -360,4 +361,17 @@ TEST_CASE("a failing run reports its seed and reason", "[sim]") {
   c.scenario = "byzantine";
   c.byzantine = false;
   CHECK_FALSE(run_simulation(c).passed);
+}
+
+TEST_CASE("the checker sees the cluster: a replica whose results are altered fails the run", "[sim]") {
+  SimConfig c;
+  c.seed = 11;
+  c.scenario = "calm";
+  c.sabotage_results = true;
+  const SimResult r = run_isolated(c);
+  REQUIRE_FALSE(r.passed);
+  const bool named = r.failure.find("agreed results") != std::string::npos ||
+                     r.failure.find("accepted result") != std::string::npos;
+  INFO(r.failure);
+  CHECK(named);
 }
