@@ -14,6 +14,7 @@ Measurements, each from `bftfs counter --json` (the client times its own request
   closed loop    K clients in one client process (K = 1,2,4,8,16,32; QUICK=1: 1,8,32), each issuing its next
                  increment as soon as the previous one completed, for a fixed duration after a warm-up:
                  throughput in completed increments per second
+Each measurement runs 3 times (QUICK=1: once) and the median is reported, with every sample in the JSON.
 
 Every configuration starts from fresh replicas with empty data directories. Output:
   bench-results/counter.json             keys norep, pbft, pbft_nobatch, pbft_nofsync, ratios, meta
@@ -44,9 +45,20 @@ REPLICA_ARGS = {"pbft": [], "pbft_nobatch": ["--no-batching"], "pbft_nofsync": [
 
 
 def plan() -> dict:
+    # Every measurement is repeated `repeats` times (rounds interleave the client counts, so a disturbance
+    # such as another process's disk burst spreads over the points instead of spoiling one); the median is
+    # reported and every sample is kept. On a shared 2-core machine single runs vary by 2x.
     if common.quick_mode():
-        return {"sequential_requests": 200, "clients": [1, 8, 32], "duration_s": 2.0, "warmup_s": 0.5}
-    return {"sequential_requests": 2000, "clients": [1, 2, 4, 8, 16, 32], "duration_s": 5.0, "warmup_s": 1.0}
+        return {"sequential_requests": 200, "clients": [1, 8, 32], "duration_s": 2.0, "warmup_s": 0.5,
+                "repeats": 1}
+    return {"sequential_requests": 2000, "clients": [1, 2, 4, 8, 16, 32], "duration_s": 3.0, "warmup_s": 0.5,
+            "repeats": 3}
+
+
+def median_run(runs: list[dict], key: str) -> dict:
+    """The run whose `key` is the median (the lower middle one for an even count)."""
+    ordered = sorted(runs, key=lambda r: r[key])
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def measure_system(cluster: LocalCluster, system: str, p: dict, norep_args: list[str]) -> dict:
@@ -61,22 +73,31 @@ def measure_system(cluster: LocalCluster, system: str, p: dict, norep_args: list
         # One short run first so the measured runs do not include the servers' first-connection setup.
         cluster.counter(["--requests", 20, "--warmup", 0], norep=norep, timeout_s=60)
         n = p["sequential_requests"]
-        progress(f"{system}: sequential, {n} increments")
-        seq = cluster.counter(["--requests", n, "--warmup", 10, "--timeout-s", 20], norep=norep,
-                              timeout_s=120 + n * 0.05)
-        progress(f"{system}: sequential {seq['total_ms']:.1f} ms, p50 {seq['p50_us']:.1f} us, "
-                 f"p99 {seq['p99_us']:.1f} us")
+        seqs = []
+        for rep in range(p["repeats"]):
+            seq = cluster.counter(["--requests", n, "--warmup", 10, "--timeout-s", 20], norep=norep,
+                                  timeout_s=120 + n * 0.05)
+            seqs.append(seq)
+            progress(f"{system}: sequential {n} increments: {seq['total_ms']:.1f} ms, p50 {seq['p50_us']:.1f} us, "
+                     f"p99 {seq['p99_us']:.1f} us (round {rep + 1}/{p['repeats']})")
+        seq = median_run(seqs, "total_ms")
+        samples: dict[str, list[dict]] = {str(k): [] for k in p["clients"]}
+        for rep in range(p["repeats"]):
+            for k in p["clients"]:
+                r = cluster.counter(["--clients", k, "--duration-s", p["duration_s"], "--warmup-s",
+                                     p["warmup_s"], "--timeout-s", 20], clients=k, norep=norep,
+                                    timeout_s=60 + p["duration_s"] + p["warmup_s"])
+                samples[str(k)].append(r)
+                progress(f"{system}: {k:2d} clients: {r['ops_per_s']:9.0f} ops/s (p50 {r['p50_us']:.0f} us, "
+                         f"retransmissions {r.get('retransmissions', 0)}; round {rep + 1}/{p['repeats']})")
         throughput: dict[str, float] = {}
         detail: dict[str, dict] = {}
-        for k in p["clients"]:
-            r = cluster.counter(["--clients", k, "--duration-s", p["duration_s"], "--warmup-s", p["warmup_s"],
-                                 "--timeout-s", 20], clients=k, norep=norep,
-                                timeout_s=60 + p["duration_s"] + p["warmup_s"])
-            throughput[str(k)] = round(r["ops_per_s"], 1)
-            detail[str(k)] = {key: r[key] for key in ("ops", "duration_s", "p50_us", "p99_us", "mean_us",
-                                                      "retransmissions", "resyncs") if key in r}
-            progress(f"{system}: {k:2d} clients: {r['ops_per_s']:9.0f} ops/s (p50 {r['p50_us']:.0f} us, "
-                     f"retransmissions {r.get('retransmissions', 0)})")
+        for k, runs in samples.items():
+            med = median_run(runs, "ops_per_s")
+            throughput[k] = round(med["ops_per_s"], 1)
+            detail[k] = {key: med[key] for key in ("ops", "duration_s", "p50_us", "p99_us", "mean_us",
+                                                   "retransmissions", "resyncs") if key in med}
+            detail[k]["ops_per_s_samples"] = [round(r["ops_per_s"], 1) for r in runs]
         wal = wal_stats(cluster) if not norep else None
         return {
             "seq2000_ms": round(seq["total_ms"], 3),
@@ -85,6 +106,7 @@ def measure_system(cluster: LocalCluster, system: str, p: dict, norep_args: list
             "latency_us_p99": round(seq["p99_us"], 2),
             "latency_us_mean": round(seq["mean_us"], 2),
             "sequential_retransmissions": seq.get("retransmissions"),
+            "seq_ms_samples": [round(r["total_ms"], 3) for r in seqs],
             "peak_ops_per_s": max(throughput.values()),
             "throughput": throughput,
             "closed_loop": detail,
@@ -191,26 +213,30 @@ def main() -> int:
     bftfs = common.bftfs_binary()
     p = plan()
     load_start = common.load_average()
+    before = common.machine_busy_before()
     norep_args = ["--durable"] if os.environ.get("BENCH_NOREP_DURABLE") == "1" else []
-    progress(f"bench_counter: {'QUICK ' if common.quick_mode() else ''}plan {p}; load average {load_start}")
+    progress(f"bench_counter: {'QUICK ' if common.quick_mode() else ''}plan {p}; before start: {before}")
     results: dict = {}
     started = time.monotonic()
     max_clients = max(p["clients"])
     # Enough client identities that no measured run reuses one (see LocalCluster.take_clients).
-    pool = 2 + sum(p["clients"]) + 2
+    pool = 1 + p["repeats"] * (1 + sum(p["clients"])) + 2
     with LocalCluster(bftfs, f=1, clients=pool * len(SYSTEMS) + max_clients,
                       keep=common.keep_scratch()) as cluster:
         for system in SYSTEMS:
             results[system] = measure_system(cluster, system, p, norep_args)
     results["ratios"] = ratios(results)
     results["meta"] = common.run_metadata(
-        loadavg_1_5_15_start=load_start,
+        loadavg_1_5_15_start=load_start, machine_before_start=before,
         wall_time_s=round(time.monotonic() - started, 1),
         sequential_requests=p["sequential_requests"],
         sequential_warmup_excluded_from_percentiles=10,
         closed_loop_clients=p["clients"],
         closed_loop_duration_s=p["duration_s"],
         closed_loop_warmup_s=p["warmup_s"],
+        repeats=p["repeats"],
+        aggregation=("median over repeats: seq2000_ms/latency_us_* from the run with the median total time; "
+                     "throughput[k] and closed_loop[k] from the run with the median ops/s"),
         replicas=4,
         f=1,
         transport="TCP on 127.0.0.1",

@@ -6,7 +6,7 @@ in one `bftfs counter --clients` process):
   primary_crash   the primary gets SIGKILL mid-run and stays dead; repeated (full: 3 times, QUICK: once)
   primary_stall   the primary gets SIGSTOP, then SIGCONT STALL_S = 2 s later
   backup_down     one backup is never started: sequential latency and closed-loop throughput, against the same
-                  measurements with all four replicas up (`all_up`)
+                  measurements with all four replicas up (`all_up`); alternated 3 times (QUICK: once), medians
 
 Throughput timeline. The load process reports completed increments per window; the fault time is taken with
 time.monotonic_ns() (CLOCK_MONOTONIC, the clock the client uses), so both are on one time axis. Two sources,
@@ -63,9 +63,9 @@ _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z\s+(\w+)\s+r(\d+
 def plan() -> dict:
     if common.quick_mode():
         return {"pre_s": 2.0, "post_s": 5.0, "crash_repeats": 1, "backup_down_clients": [8],
-                "sequential_requests": 200, "closed_loop_s": 2.0}
+                "sequential_requests": 200, "closed_loop_s": 2.0, "steady_repeats": 1}
     return {"pre_s": 3.0, "post_s": 8.0, "crash_repeats": 3, "backup_down_clients": [1, 8, 32],
-            "sequential_requests": 1000, "closed_loop_s": 5.0}
+            "sequential_requests": 1000, "closed_loop_s": 3.0, "steady_repeats": 3}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -300,11 +300,29 @@ def steady_measure(cluster: LocalCluster, p: dict, ids: list[int]) -> dict:
                                  "--timeout-s", 30], clients=k, timeout_s=120)
             tp[str(k)] = {"ops_per_s": round(r["ops_per_s"], 1), "p50_us": r["p50_us"], "p99_us": r["p99_us"],
                           "retransmissions": r.get("retransmissions")}
-        return {"replicas_up": ids, "sequential_requests": n, "seq_total_ms": round(seq["total_ms"], 2),
-                "latency_us_p50": seq["p50_us"], "latency_us_p99": seq["p99_us"],
-                "sequential_retransmissions": seq.get("retransmissions"), "closed_loop": tp}
+        return {"seq_total_ms": round(seq["total_ms"], 2), "latency_us_p50": seq["p50_us"],
+                "latency_us_p99": seq["p99_us"], "sequential_retransmissions": seq.get("retransmissions"),
+                "closed_loop": tp}
     finally:
         cluster.stop_replicas()
+
+
+def summarize_steady(samples: list[dict], ids: list[int], p: dict) -> dict:
+    """Medians over the repeated steady measurements of one configuration, with every sample kept."""
+    out = {"replicas_up": ids, "sequential_requests": p["sequential_requests"], "samples": len(samples)}
+    for key in ("seq_total_ms", "latency_us_p50", "latency_us_p99"):
+        out[key] = median_or_none(s[key] for s in samples)
+        out[key + "_samples"] = [s[key] for s in samples]
+    out["closed_loop"] = {}
+    for k in p["backup_down_clients"]:
+        runs = [s["closed_loop"][str(k)] for s in samples]
+        out["closed_loop"][str(k)] = {
+            "ops_per_s": median_or_none(r["ops_per_s"] for r in runs),
+            "ops_per_s_samples": [r["ops_per_s"] for r in runs],
+            "p50_us": median_or_none(r["p50_us"] for r in runs),
+            "p99_us": median_or_none(r["p99_us"] for r in runs),
+        }
+    return out
 
 
 def median_or_none(values):
@@ -357,9 +375,10 @@ def main() -> int:
     p = plan()
     use_timeline = "--timeline-ms" in common.counter_help(bftfs)
     load_start = common.load_average()
+    before = common.machine_busy_before()
     progress(f"bench_faults: {'QUICK ' if common.quick_mode() else ''}plan {p}; timeline "
              f"{'--timeline-ms ' + str(TIMELINE_MS) if use_timeline else 'from 1 s progress lines (no --timeline-ms)'}"
-             f"; load average {load_start}")
+             f"; before start: {before}")
     started = time.monotonic()
     results: dict = {}
     with LocalCluster(bftfs, f=1, clients=256, keep=common.keep_scratch()) as cluster:
@@ -371,6 +390,7 @@ def main() -> int:
             progress(f"  recovery {crash_runs[-1]['recovery_ms']} ms (pre-fault "
                      f"{crash_runs[-1]['pre_fault_ops_per_s']} ops/s); view change {crash_runs[-1]['view_change']}")
         results["primary_crash_recovery_ms"] = median_or_none(r["recovery_ms"] for r in crash_runs)
+        results["primary_crash_runs_not_recovered"] = sum(1 for r in crash_runs if r["recovery_ms"] is None)
         results["primary_crash_new_view_ms"] = median_or_none(r["view_change"]["new_view_installed_by_quorum_ms"]
                                                               for r in crash_runs)
         results["primary_crash"] = {"runs": crash_runs,
@@ -384,19 +404,26 @@ def main() -> int:
         results["primary_stall_new_view_ms"] = stall["view_change"]["new_view_installed_by_quorum_ms"]
         results["primary_stall"] = {"stall_s": STALL_S, "runs": [stall]}
 
-        cluster.fresh_data("allup")
-        progress("all_up: sequential and closed loop")
-        all_up = steady_measure(cluster, p, [0, 1, 2, 3])
-        cluster.fresh_data("backupdown")
-        progress("backup_down (replica 3 never started)")
-        down = steady_measure(cluster, p, [0, 1, 2])
+        # Alternate the two configurations so that a slow phase of the machine hits both alike.
+        up_samples, down_samples = [], []
+        for rep in range(p["steady_repeats"]):
+            cluster.fresh_data(f"allup{rep}")
+            progress(f"all_up: sequential and closed loop (round {rep + 1}/{p['steady_repeats']})")
+            up_samples.append(steady_measure(cluster, p, [0, 1, 2, 3]))
+            cluster.fresh_data(f"backupdown{rep}")
+            progress(f"backup_down, replica 3 never started (round {rep + 1}/{p['steady_repeats']})")
+            down_samples.append(steady_measure(cluster, p, [0, 1, 2]))
+            progress(f"  p50 {up_samples[-1]['latency_us_p50']:.0f} -> {down_samples[-1]['latency_us_p50']:.0f} us")
+        all_up = summarize_steady(up_samples, [0, 1, 2, 3], p)
+        down = summarize_steady(down_samples, [0, 1, 2], p)
         ratios = {k: (round(down["closed_loop"][k]["ops_per_s"] / all_up["closed_loop"][k]["ops_per_s"], 3)
                       if all_up["closed_loop"][k]["ops_per_s"] else None) for k in all_up["closed_loop"]}
         results["backup_down"] = {"all_up": all_up, "one_backup_down": down,
                                   "throughput_ratio_down_over_up": ratios,
                                   "latency_p50_ratio_down_over_up": round(down["latency_us_p50"] /
                                                                           all_up["latency_us_p50"], 3)}
-        progress(f"  p50 {all_up['latency_us_p50']:.0f} -> {down['latency_us_p50']:.0f} us; throughput ratio {ratios}")
+        progress(f"  median p50 {all_up['latency_us_p50']:.0f} -> {down['latency_us_p50']:.0f} us; "
+                 f"throughput ratio {ratios}")
 
     results["definitions"] = {
         "load": f"{LOAD_CLIENTS} closed-loop counter clients in one bftfs counter process",
@@ -404,8 +431,10 @@ def main() -> int:
         "pre_fault_ops_per_s": f"mean rate over windows entirely inside [fault - {p['pre_s']} s, fault)",
         "recovery_ms": (f"end of the first window starting at or after the fault with rate >= "
                         f"{RECOVERY_FRACTION:.0%} of pre_fault_ops_per_s, minus the fault time (upper bound)"),
-        "primary_crash_recovery_ms": "median of primary_crash.runs[].recovery_ms",
+        "primary_crash_recovery_ms": ("median of primary_crash.runs[].recovery_ms over the runs that recovered; "
+                                      "primary_crash_runs_not_recovered counts the others"),
         "primary_stall_recovery_ms": f"recovery_ms measured from SIGSTOP (SIGCONT after {STALL_S} s)",
+        "backup_down": "medians over steady_repeats fresh clusters each, all-up and one-down alternated",
         "first_completion_ms": "start of the first window at or after the fault with a completion, minus the fault",
         "view_change": ("from the replicas' INFO log timestamps (UTC, 1 ms) relative to the fault's wall-clock time: "
                         "first view-change timer expiry, first 'view change to', each replica's 'new view "
@@ -413,7 +442,7 @@ def main() -> int:
         "primary_crash_new_view_ms": "median of primary_crash.runs[].view_change.new_view_installed_by_quorum_ms",
         "timeline": "t_ms / t_end_ms: window starts / ends relative to the fault; ops_per_s: completions / width",
     }
-    results["meta"] = common.run_metadata(loadavg_1_5_15_start=load_start,
+    results["meta"] = common.run_metadata(loadavg_1_5_15_start=load_start, machine_before_start=before,
                                           wall_time_s=round(time.monotonic() - started, 1), plan=p,
                                           timeline_source="client-timeline" if use_timeline else "progress-lines",
                                           replicas=4, f=1, transport="TCP on 127.0.0.1", replicas_fsync=True)
@@ -421,7 +450,7 @@ def main() -> int:
     common.write_json(out_dir / "faults.json", results)
     path = plot(results, out_dir)
     progress(f"wrote {out_dir / 'faults.json'} and {path}")
-    print(f"primary crash recovery {results['primary_crash_recovery_ms']} ms (runs "
+    print(f"primary crash recovery {results['primary_crash_recovery_ms']} ms (median; runs "
           f"{results['primary_crash']['recovery_ms_each']}); primary stall recovery "
           f"{results['primary_stall_recovery_ms']} ms; one backup down: throughput x"
           f"{results['backup_down']['throughput_ratio_down_over_up']}")

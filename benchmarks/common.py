@@ -113,6 +113,29 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies summed over all CPUs, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def machine_busy_before(sample_s: float = 1.0) -> dict:
+    """How busy the machine is *before* a benchmark starts (others compiling, fuzzing...): CPU busy percent over
+    `sample_s`, the load average, and the busiest processes by their recent CPU share (ps). Recorded in meta so
+    that results taken on a shared machine say what they competed with."""
+    b0, t0 = _cpu_times()
+    time.sleep(sample_s)
+    b1, t1 = _cpu_times()
+    busy = 100.0 * (b1 - b0) / (t1 - t0) if t1 > t0 else float("nan")
+    top: list[str] = []
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["ps", "-eo", "pcpu,comm", "--sort=-pcpu", "--no-headers"], capture_output=True,
+                             text=True, timeout=10).stdout
+        top = [" ".join(line.split()) for line in out.splitlines()[:3]]
+    return {"cpu_busy_pct": round(busy, 1), "loadavg_1_5_15": load_average(), "busiest_processes_pcpu": top}
+
+
 def run_metadata(**extra) -> dict:
     """The `meta` object of a result file. Load averages are sampled now; scripts also record them at the
     start, because the benchmark itself loads the machine."""

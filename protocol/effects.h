@@ -1,10 +1,23 @@
 // What the pure protocol core asks its driver (the libevent runtime or the simulator) to do.
 //
-// Rule "durable before sent" (TOCS §4.3, and the reason for group commit): the driver makes every record in
-// `persist` durable (append + fdatasync) BEFORE it sends any message in `sends` of the same Effects. The core
-// relies on it: a PREPARE, COMMIT, CHECKPOINT, VIEW-CHANGE or REPLY is a promise backed by a persisted record.
-// The driver may merge the Effects of several handler calls (group commit) as long as no send overtakes a
-// persist that was emitted before it.
+// Rule "durable before sent" (TOCS §4.3, and the reason for group commit): a record for which
+// record_must_sync() is true backs a promise that leaves in the same Effects (PREPARED backs COMMIT and the
+// tentative REPLY; CHECKPOINT backs the CHECKPOINT message and holds the client table; VIEW backs VIEW-CHANGE;
+// STABLE lets the log below be discarded). The driver makes such records durable (append + fdatasync) BEFORE it
+// sends any message of that Effects, or of any Effects merged with it (group commit).
+//
+// PrePrepareRecord and CommittedRecord need only be appended in order: a later sync covers them, and a crash
+// may lose any suffix of the records not yet synced, even when the messages they accompany were sent. Why that
+// is safe (and saves two of the three fdatasyncs on a request's critical path):
+// - A lost PrePrepareRecord can hide a PREPARE (or, at the primary, a PRE-PREPARE) this replica sent. Such a
+//   vote is never contradicted, because a replica that recovers from its log never votes again in the view it
+//   recovered in: Replica::recover() moves it to a view change to the next view (the ViewRecord of that view
+//   change is synced before its VIEW-CHANGE goes out). So quorum intersection on prepares in any one view still
+//   rests on replicas that vote once, and a restarted primary cannot reuse a sequence number in its old view.
+// - A view change only needs what prepared replicas synced: COMMIT and tentative replies wait for the synced
+//   PreparedRecord (whose PrePrepareRecord precedes it in the log), so a committed batch has 2f+1 replicas with
+//   durable P and Q entries, as the new-view decision (TOCS §4.5) requires.
+// - A lost CommittedRecord is re-learned from peers: the commit certificate rests on synced PreparedRecords.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +67,11 @@ struct StableRecord {  // the checkpoint at seq became stable; the log below may
 
 using PersistRecord =
     std::variant<ViewRecord, PrePrepareRecord, PreparedRecord, CommittedRecord, CheckpointRecord, StableRecord>;
+
+// True when `r` backs a promise and must be durable before the sends of its Effects (see the rule above).
+inline bool record_must_sync(const PersistRecord& r) {
+  return !std::holds_alternative<PrePrepareRecord>(r) && !std::holds_alternative<CommittedRecord>(r);
+}
 
 // Encoding of records for the write-ahead log (validated like network input: a torn or corrupt tail is
 // detected by the log's own checksums, and a record that does not decode stops replay with an error).

@@ -181,6 +181,13 @@ struct Replica::Impl {
   // past its last PrePrepareRecord after a restart. It may lie above the window (a new primary whose stable
   // checkpoint is behind the chosen one); the primary then waits for the window to move.
   std::uint64_t next_seq_floor = 1;
+  // The view this replica recovered in, after a restart from a non-empty log: it sends no PREPARE in that view
+  // (see recover() and effects.h: a PREPARE it sent before the crash may be forgotten, and voting again could
+  // prepare a second digest for one (view, seq)). Its COMMITs stay allowed: prepared needs only the pre-prepare
+  // and 2f prepares of OTHER replicas, and a certificate without this replica's vote cannot conflict with one
+  // that holds its forgotten vote (the two quorums share a correct replica other than this one).
+  bool prepare_silenced = false;
+  std::uint64_t silenced_view = 0;
   std::uint64_t last_timestamp_ns = 0;
   std::uint64_t wall_clock_ns = 0;
 
@@ -217,7 +224,7 @@ struct Replica::Impl {
   // peer: a faulty replica must not turn small messages into a stream of batch bodies.
   std::vector<std::uint64_t> last_help_tick;
   bool may_help(NodeId peer);
-  std::uint64_t executed_at_last_status = 0;
+  std::uint64_t committed_at_last_status = 0;
   // After a restart the service's durable checkpoint may be newer than any client table we recorded (a crash
   // between Service::checkpoint and the CheckpointRecord reaching the disk); then the replica cannot execute
   // until state transfer replaces both.
@@ -875,7 +882,8 @@ void Replica::Impl::attach_body(Entry& e, std::shared_ptr<const Batch> body) {
   e.pre_prepared = true;
   add_q(e, e.view, e.digest);
   // A committed batch is prepared again in a new view too: replicas that did not commit it need the votes.
-  if (!in_view_change && e.view == view && primary_of(e.view) != self && !e.sent_prepare) {
+  if (!in_view_change && e.view == view && primary_of(e.view) != self && !e.sent_prepare &&
+      !(prepare_silenced && e.view == silenced_view)) {
     e.sent_prepare = true;
     record_vote(e, self, e.digest, false);
     broadcast(Prepare{e.view, e.seq, e.digest});
@@ -960,7 +968,15 @@ void Replica::Impl::on_old_commit(NodeId from, const Commit& c) {
     return;
   }
   Entry& e = get_or_create(c.seq);
-  if (e.committed || (e.old_commit_senders & bit_of(from)) != 0) return;  // one vote per sender: the first
+  if (e.committed) return;
+  if (e.old_commits.empty() && e.view < view) {
+    // The COMMITs this entry collected while we were still in its view (our own among them) count too.
+    for (const VoteSet& vs : e.votes) {
+      if (vs.commits != 0) e.old_commits.push_back(OldCommits{e.view, vs.digest, vs.commits});
+    }
+    e.old_commit_senders |= e.commit_senders;
+  }
+  if ((e.old_commit_senders & bit_of(from)) != 0) return;  // one vote per sender: the first
   e.old_commit_senders |= bit_of(from);
   auto it = std::find_if(e.old_commits.begin(), e.old_commits.end(),
                          [&](const OldCommits& oc) { return oc.view == c.view && oc.digest == c.digest; });
@@ -1127,7 +1143,9 @@ void Replica::Impl::execute_batch(Entry& e, bool tentative) {
     BFT_ASSERT(result.size() <= kResultBytesMax);
     if (!replaying) {
       Reply rep;
-      rep.view = view;
+      // The view that ordered the batch: what every correct replica executing it reports, also one that learned
+      // the batch from a certificate while changing views alone (clients match replies by view).
+      rep.view = e.view;
       rep.client = r.client;
       rep.request_id = r.request_id;
       rep.flags = tentative ? kReplyTentative : 0;
@@ -1435,13 +1453,16 @@ void Replica::Impl::on_fetch_state(NodeId from, const FetchState& fs) {
 // State transfer (TOCS §5.3)
 // ---------------------------------------------------------------------------------------------------------------
 
-// f+1 matching CHECKPOINT claims above what we executed mean at least one correct replica has that state. We
-// fetch it at once when it is beyond our window (the log cannot get us there), otherwise only when we made no
-// progress over a status interval (the peers may have garbage collected the log we need).
+// f+1 matching CHECKPOINT claims above what we committed mean at least one correct replica has that state
+// (tentative execution does not count: it may be undone, and the commits for it may be garbage collected at the
+// others). We fetch it at once when it is beyond our window (the log cannot get us there), otherwise only when
+// no batch committed over a status interval (the peers may have garbage collected the log we need).
 void Replica::Impl::check_state_transfer(bool stalled) {
   std::map<std::pair<std::uint64_t, Digest>, std::uint32_t> counts;
   for (NodeId r = 0; r < opt.n; r++) {
-    for (auto it = claims[r].upper_bound(last_executed); it != claims[r].end(); ++it) counts[{it->first, it->second}]++;
+    for (auto it = claims[r].upper_bound(last_committed); it != claims[r].end(); ++it) {
+      counts[{it->first, it->second}]++;
+    }
   }
   const std::pair<std::uint64_t, Digest>* best = nullptr;
   for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
@@ -1908,8 +1929,8 @@ void Replica::Impl::on_tick() {
 void Replica::Impl::on_status_timeout() {
   status_ticks_left = opt.status_interval_ticks;
   broadcast(Status{view, in_view_change, h, last_executed, last_committed});
-  const bool stalled = last_executed == executed_at_last_status;
-  executed_at_last_status = last_executed;
+  const bool stalled = last_committed == committed_at_last_status;
+  committed_at_last_status = last_committed;
   check_state_transfer(stalled);
 }
 
@@ -2097,6 +2118,20 @@ void Replica::Impl::recover(const std::vector<PersistRecord>& log) {
     vc.signature = crypto.sign(view_change_signing_bytes(vc));
     view_changes[self] = vc;
     broadcast(std::move(vc));
+  } else if (log.empty()) {
+    // A first start. The synced ViewRecord marks this data directory as having run, so that a later restart
+    // can never mistake "every record was lost" for "never voted" (the next branch depends on it).
+    persist(ViewRecord{view, false});
+  } else if (primary_of(view) == self) {
+    // effects.h: PrePrepareRecords are not synced before the PRE-PREPARE they back, so a restarted primary may
+    // have assigned sequence numbers it no longer remembers; it must never pre-prepare in this view again, so
+    // it leaves the view now (the backups follow once their timers expire, or at once with f+1 VIEW-CHANGEs).
+    start_view_change(view + 1);
+  } else {
+    // A backup may likewise have sent PREPAREs it no longer remembers: it stays in the view but sends no
+    // PREPARE in it (prepare_silenced), and rejoins fully at the next view.
+    prepare_silenced = true;
+    silenced_view = view;
   }
   LOG_INFO(ctx(), "recovered: stable s%llu, committed s%llu, %zu log entries%s", static_cast<unsigned long long>(h),
            static_cast<unsigned long long>(last_committed), rebuilt.size(), in_view_change ? ", in view change" : "");

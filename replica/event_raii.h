@@ -29,10 +29,12 @@ using BufferEventPtr = std::unique_ptr<bufferevent, BufferEventDeleter>;
 using ListenerPtr = std::unique_ptr<evconnlistener, ListenerDeleter>;
 
 // Event priorities of every runtime's event_base (event_base_priority_init(base, kPriorityCount)). libevent
-// runs only the most urgent non-empty priority per loop iteration, so the "flush" event at kPriorityFlush
-// runs after every readable socket and timer of the pass was handled: that is the group-commit boundary.
+// runs only the most urgent non-empty priority per loop iteration, so work at kPriorityLate (freeing closed
+// connections) happens after every socket and timer callback of the pass that may still refer to it. The
+// group-commit flush itself is not an event: the runtimes run one pass at a time (EVLOOP_ONCE) and flush
+// after it.
 inline constexpr int kPriorityIo = 0;
-inline constexpr int kPriorityFlush = 1;
+inline constexpr int kPriorityLate = 1;
 inline constexpr int kPriorityCount = 2;
 
 // A base with the priorities above. Returns null on failure (out of memory or no backend).

@@ -38,8 +38,8 @@ timeval ms_to_tv(std::uint32_t ms) {
   return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
 }
 
-// A pass that produced this many pending items flushes at once instead of waiting for the end of the pass:
-// under a flood of input the low-priority flush event could otherwise be postponed for long.
+// A pass that produced this many pending items flushes at once instead of waiting for the end of the pass,
+// which bounds memory and the delay of the first sends when a flood of input is readable at once.
 constexpr std::size_t kPendingFlushThreshold = 4096;
 // Records buffered without a send are written once the buffer is this large (bounded memory).
 constexpr std::size_t kLazySyncRecordsMax = 1024;
@@ -61,6 +61,7 @@ struct ReplicaRuntime::Impl {
   EventPtr tick_ev;
   EventPtr status_ev;
   Effects pending;
+  bool pending_must_sync = false;  // some pending record backs a promise (record_must_sync)
   std::size_t unsynced_records = 0;
   std::string ctx;  // log prefix
   std::string status_path;
@@ -84,7 +85,10 @@ struct ReplicaRuntime::Impl {
     Effects e = replica->take_effects();
     if (options.check_invariants) replica->check_invariants();
     if (e.empty()) return;
-    for (auto& r : e.persist) pending.persist.push_back(std::move(r));
+    for (auto& r : e.persist) {
+      pending_must_sync = pending_must_sync || record_must_sync(r);
+      pending.persist.push_back(std::move(r));
+    }
     for (auto& s : e.sends) pending.sends.push_back(std::move(s));
     if (pending.persist.size() + pending.sends.size() >= kPendingFlushThreshold) flush();
   }
@@ -97,11 +101,14 @@ struct ReplicaRuntime::Impl {
     flush_sends += pending.sends.size();
     for (const auto& r : pending.persist) wal->append(r);
     unsynced_records += pending.persist.size();
-    // Durable before sent: one fdatasync covers every record appended so far.
-    if (wal->dirty() && (!pending.sends.empty() || unsynced_records >= kLazySyncRecordsMax)) {
+    // Durable before sent (effects.h): one fdatasync covers every record appended so far, and is needed only
+    // when a pending record backs a promise; pre-prepare and committed records ride along with the next sync
+    // (or the lazy-sync timer), which keeps one fdatasync per request on the critical path instead of three.
+    if (wal->dirty() && (pending_must_sync || unsynced_records >= kLazySyncRecordsMax)) {
       wal->sync();
       unsynced_records = 0;
     }
+    pending_must_sync = false;
     // Replies to clients leave first: with tentative execution the client is waiting for them, while the
     // commits sent in the same flush are not on its critical path. Reordering sends to different
     // destinations is harmless (each destination keeps the core's order, and every send is behind the sync).

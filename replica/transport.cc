@@ -126,7 +126,7 @@ Transport::Transport(event_base* base, std::uint32_t n, const Crypto& crypto, co
   BFT_ASSERT(options_.reconnect_ms_min <= options_.reconnect_ms_max);
   reap_ev_.reset(event_new(base_, -1, 0, &Transport::on_reap, this));
   BFT_ASSERT(reap_ev_ != nullptr);
-  event_priority_set(reap_ev_.get(), kPriorityFlush);
+  event_priority_set(reap_ev_.get(), kPriorityLate);
   park_timer_.reset(event_new(base_, -1, EV_PERSIST, &Transport::on_park_timer, this));
   BFT_ASSERT(park_timer_ != nullptr);
   const timeval every{0, 100 * 1000};

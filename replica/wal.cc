@@ -133,6 +133,15 @@ std::uint64_t random_salt() {
   return salt;
 }
 
+// The segment header: magic, salt, and a checksum of both (so a damaged salt is reported, not mistaken for a
+// log whose every record is torn).
+void make_segment_header(std::uint8_t* out, std::uint64_t salt) {
+  std::memcpy(out, kSegmentMagic, 8);
+  put_u64(out + 8, salt);
+  put_u32(out + 16, crc32c(0, std::span<const std::uint8_t>(out, 16)));
+  put_u32(out + 20, 0);
+}
+
 enum class LiveKind : std::uint8_t { kView, kPrePrepare, kPrepared, kCommitted, kCheckpoint, kStable };
 
 }  // namespace
@@ -186,8 +195,7 @@ void Wal::start_segment(std::uint64_t index, bool base) {
   }
   salt_ = random_salt();
   std::uint8_t header[kWalSegmentHeaderBytes];
-  std::memcpy(header, kSegmentMagic, 8);
-  put_u64(header + 8, salt_);
+  make_segment_header(header, salt_);
   write_all(fd.get(), header, sizeof header);
   fsync_or_die(fd.get(), "new segment");
   fsync_or_die(dir_fd_.get(), "wal directory");
@@ -298,8 +306,7 @@ void Wal::compact() {
   }
   salt_ = random_salt();
   Bytes out(kWalSegmentHeaderBytes);
-  std::memcpy(out.data(), kSegmentMagic, 8);
-  put_u64(out.data() + 8, salt_);
+  make_segment_header(out.data(), salt_);
   bool first = true;
   for (const LiveEntry& e : live_) {
     frame_into(out, e.payload, first);
@@ -403,6 +410,10 @@ std::string Wal::open(const std::string& dir, const WalOptions& options, std::un
       break;
     }
     if (std::memcmp(data.data(), kSegmentMagic, 8) != 0) return "wal " + path + ": bad segment magic";
+    if (get_u32(data.data() + 16) != crc32c(0, std::span<const std::uint8_t>(data.data(), 16)) ||
+        get_u32(data.data() + 20) != 0) {
+      return "wal " + path + ": corrupt segment header";
+    }
     const std::uint64_t salt = get_u64(data.data() + 8);
 
     // One record at `off`: returns its total size, or 0 if it is not a valid record.

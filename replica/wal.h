@@ -1,7 +1,7 @@
 // The replica's write-ahead log: the durable half of "durable before sent" (protocol/effects.h).
 //
 // Layout: a directory of segment files named <index as 16 hex digits>.seg or .base, index increasing.
-//   segment = header (16 bytes: magic "BFTWAL01", u64 salt) || record*
+//   segment = header (24 bytes: magic "BFTWAL01", u64 salt, u32 crc32c(magic || salt), u32 zero) || record*
 //   record  = u32 length_and_flags || u32 crc32c(salt || length_and_flags || payload) || payload
 // payload is encode_record() bytes (1..kWalRecordBytesMax). Bit 31 of length_and_flags marks the first record
 // of a group (one write + one fdatasync). The per-segment random salt keeps bytes that a client chose (an
@@ -16,7 +16,8 @@
 //     truncated there (the group was never acknowledged: nothing was sent on its behalf);
 //   - corruption otherwise (an older segment, or a later group exists so this group was synced): open fails
 //     with the file and offset. Replay never skips over a bad record into what follows.
-// A record whose checksum is valid but that does not decode is corruption too (never expected).
+// A record whose checksum is valid but that does not decode is corruption too (never expected), and so is a
+// complete segment header whose own checksum fails (a bad salt would otherwise make every record look torn).
 //
 // Compaction: when a StableRecord was appended and the log since the last base has grown past
 // compact_bytes_min, sync() writes a new .base segment holding, in their original order, only what recovery
@@ -37,7 +38,7 @@
 namespace bftfs {
 
 inline constexpr std::uint32_t kWalRecordBytesMax = 64u << 20;
-inline constexpr std::size_t kWalSegmentHeaderBytes = 16;
+inline constexpr std::size_t kWalSegmentHeaderBytes = 24;
 inline constexpr std::size_t kWalRecordHeaderBytes = 8;
 
 struct WalOptions {

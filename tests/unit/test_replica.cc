@@ -375,7 +375,7 @@ TEST_CASE("an equivocating second pre-prepare for the same seq is rejected", "[r
   CHECK(c.r(1).stats().rejected_conflict == 1);
 }
 
-TEST_CASE("a pre-prepare outside the watermarks or from an old view is dropped", "[replica]") {
+TEST_CASE("a pre-prepare above the high watermark is dropped", "[replica]") {
   LogQuiet quiet;
   Cluster c(small_options());
   PrePrepare pp;
@@ -724,6 +724,21 @@ TEST_CASE("a replica alone in a view change learns committed batches from commit
   CHECK(quiet.new_errors() == 0);
 }
 
+TEST_CASE("a new-view relayed by a backup is accepted", "[replica][view_change]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  // Replica 3 never hears the new primary's NEW-VIEW directly; replica 2 relays its copy after a STATUS.
+  c.drop = [](const Envelope& e) { return is<NewView>(e) && e.from == 1 && e.to == 3; };
+  c.crash(0);
+  const NodeId client = c.client_ids[0];
+  const Request req = c.increment(client);
+  c.send_all(req);
+  REQUIRE(c.tick_until([&] { return c.r(3).view() == 1 && !c.r(3).in_view_change() && c.r(3).last_committed() == 1; }));
+  CHECK(c.count_delivered([](const Envelope& e) { return is<NewView>(e) && e.from == 2 && e.to == 3; }) >= 1);
+  CHECK(c.r(3).stats().new_views_installed == 1);
+  CHECK(c.await(client, req.request_id).value == 1);
+}
+
 TEST_CASE("view change messages and new-view messages with bad signatures are rejected", "[replica][view_change]") {
   LogQuiet quiet;
   Cluster c(small_options());
@@ -770,10 +785,12 @@ TEST_CASE("a replica restarted from its records re-executes committed batches an
   CHECK(quiet.new_errors() == 0);
 }
 
-TEST_CASE("a restarted primary never reuses a seq it pre-prepared", "[replica][recovery]") {
+TEST_CASE("a restarted primary never pre-prepares again in the view it recovered in", "[replica][recovery]") {
+  // Pre-prepare records are not synced before the PRE-PREPARE goes out (effects.h), so a restarted primary
+  // may have forgotten seqs it assigned: it must leave the view instead of assigning more.
   LogQuiet quiet;
   ReplicaOptions o = small_options();
-  o.batch_window = 0;  // no batching: the second request goes out although the first never commits
+  o.batch_window = 0;  // no batching: the second request would go out although the first never commits
   Cluster c(o);
   c.drop = [](const Envelope& e) { return is<Prepare>(e); };  // nothing prepares
   const NodeId client = c.client_ids[0];
@@ -781,19 +798,40 @@ TEST_CASE("a restarted primary never reuses a seq it pre-prepared", "[replica][r
   c.run();
   c.crash(0);
   c.restart(0);
+  CHECK(c.r(0).view() == 1);
+  CHECK(c.r(0).in_view_change());
   c.run();
   c.send(c.make_request(c.client_ids[1], 1, counter_increment_op(counter_initial_token(c.client_ids[1]))), 0);
   c.run();
-  std::set<std::uint64_t> seqs;
-  std::size_t pre_prepares = 0;
+  std::size_t view0_pre_prepares = 0;
   for (const auto& e : c.delivered) {
-    if (const auto* pp = std::get_if<PrePrepare>(&e.message); pp != nullptr && e.to == 1) {
-      pre_prepares++;
-      seqs.insert(pp->seq);
+    if (const auto* pp = std::get_if<PrePrepare>(&e.message); pp != nullptr && e.to == 1 && pp->view == 0) {
+      view0_pre_prepares++;
+      CHECK(pp->seq == 1);
     }
   }
-  CHECK(pre_prepares == 2);
-  CHECK(seqs == std::set<std::uint64_t>{1, 2});
+  CHECK(view0_pre_prepares == 1);
+}
+
+TEST_CASE("a restarted backup sends no prepare in the view it recovered in but still commits", "[replica][recovery]") {
+  LogQuiet quiet;
+  ReplicaOptions o = small_options();
+  Cluster c(o);
+  const NodeId client = c.client_ids[0];
+  c.do_increment(client);
+  c.crash(3);
+  c.restart(3);
+  CHECK(c.r(3).view() == 0);
+  CHECK(!c.r(3).in_view_change());
+  const std::size_t before = c.delivered.size();
+  for (int k = 0; k < 2; k++) c.do_increment(client);
+  REQUIRE(c.tick_until([&] { return c.r(3).last_committed() >= 3; }, 500));
+  for (std::size_t i = before; i < c.delivered.size(); i++) {
+    const auto& e = c.delivered[i];
+    if (const auto* p = std::get_if<Prepare>(&e.message); p != nullptr) CHECK(e.from != 3);
+  }
+  CHECK(c.service(3).value() == 3);
+  require_agreement(c, {0, 1, 2, 3});
 }
 
 TEST_CASE("a lagging replica catches up by state transfer after the log was garbage collected", "[replica][state_transfer]") {
@@ -825,6 +863,25 @@ TEST_CASE("a lagging replica catches up by state transfer after the log was garb
   c.drop = [](const Envelope& e) { return e.from == 2 || e.to == 2; };
   CHECK(c.do_increment(client).value == 21);
   REQUIRE(c.tick_until([&] { return c.r(3).last_committed() == 21; }, 500));
+  CHECK(quiet.new_errors() == 0);
+}
+
+TEST_CASE("a replica whose tentative executions never commit catches up by state transfer", "[replica][state_transfer]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  // Replica 3 prepares and executes tentatively but never sees a commit; the others commit, make checkpoints
+  // stable and discard the log it would need.
+  c.drop = [](const Envelope& e) { return is<Commit>(e) && e.to == 3; };
+  const NodeId client = c.client_ids[0];
+  for (int k = 0; k < 8; k++) c.do_increment(client);
+  REQUIRE(c.r(0).stable_checkpoint() == 8);
+  REQUIRE(c.r(3).last_committed() == 0);
+  REQUIRE(c.r(3).last_executed() == 4);  // tentative execution stops at the uncommitted checkpoint seq
+  c.drop = nullptr;
+  REQUIRE(c.tick_until([&] { return c.r(3).last_committed() == 8; }, 1000));
+  CHECK(c.r(3).stats().state_transfers == 1);
+  CHECK(c.r(3).stats().rollbacks == 1);  // the tentative state is dropped before the install
+  CHECK(c.service(3).value() == 8);
   CHECK(quiet.new_errors() == 0);
 }
 

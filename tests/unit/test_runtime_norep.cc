@@ -14,6 +14,7 @@
 #include "replica/client_runtime.h"
 #include "replica/file_snapshot_store.h"
 #include "replica/norep_server.h"
+#include "replica/status_file.h"
 #include "services/counter_service.h"
 #include "tests/unit/test_runtime_util.h"
 
@@ -198,4 +199,26 @@ TEST_CASE("a data directory is used by one daemon at a time", "[runtime]") {
   const std::string err = NorepServer::create(o, second);
   CHECK(second == nullptr);
   CHECK_THAT(err, Catch::Contains("in use"));
+}
+
+TEST_CASE("status files round trip through the flat reader, nested groups included", "[runtime]") {
+  TempDir t;
+  JsonObject stats;
+  stats.add("requests_executed", std::uint64_t{42}).add("ratio", 0.5);
+  JsonObject o;
+  o.add("role", "replica").add("running", true).add("view", std::uint64_t{3}).add("note", "a \"quoted\" \\ text")
+      .add("stats", stats).add("last", std::int64_t{-1});
+  const std::string path = t.path + "/status.json";
+  REQUIRE(write_file_atomically(path, o.str() + "\n").empty());
+  std::map<std::string, std::string> m;
+  REQUIRE(read_status_file(path, m).empty());
+  CHECK(m["role"] == "replica");
+  CHECK(m["running"] == "true");
+  CHECK(m["view"] == "3");
+  CHECK(m["note"] == "a \"quoted\" \\ text");
+  CHECK(m["requests_executed"] == "42");
+  CHECK(m["ratio"] == "0.500");
+  CHECK(m["last"] == "-1");
+  std::map<std::string, std::string> none;
+  CHECK_FALSE(read_status_file(t.path + "/missing.json", none).empty());
 }
