@@ -17,7 +17,8 @@ Measurements, each from `bftfs counter --json` (the client times its own request
 Each measurement runs 3 times (QUICK=1: once) and the median is reported, with every sample in the JSON.
 
 Every configuration starts from fresh replicas with empty data directories. Output:
-  bench-results/counter.json             keys norep, pbft, pbft_nobatch, pbft_nofsync, ratios, meta
+  bench-results/counter.json             keys norep, pbft, pbft_nobatch, pbft_nofsync, norep_placement, ratios,
+                                         meta
   bench-results/counter-throughput.png   ops/s against clients, one line per system
   bench-results/counter-latency.png      sequential p50/p99, and closed-loop p50 against clients
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -117,6 +119,31 @@ def measure_system(cluster: LocalCluster, system: str, p: dict, norep_args: list
             cluster.stop_norep()
         else:
             cluster.stop_replicas()
+
+
+def norep_placement(cluster: LocalCluster, p: dict, norep_args: list[str]) -> dict | None:
+    """NO-REP's sequential latency with the server and the client pinned (taskset) to the same CPU and to
+    different CPUs. On this kind of VM a wake-up across CPUs costs tens of microseconds, so NO-REP's unpinned
+    latency is bimodal (about 11 us or about 60 us per increment, whichever placement the scheduler picks); this
+    shows both modes next to the unpinned figure. PBFT's five processes on two CPUs cannot avoid cross-CPU
+    wake-ups, so its figures are not pinned. None when taskset or a second CPU is missing."""
+    if shutil.which("taskset") is None or (os.cpu_count() or 1) < 2:
+        return None
+    cluster.fresh_data("norep-pinned")
+    cluster.start_norep(norep_args, prefix=["taskset", "-c", "0"])
+    try:
+        n = p["sequential_requests"]
+        out = {}
+        for name, cpu in (("same_cpu", "0"), ("other_cpu", "1")):
+            runs = [cluster.counter(["--requests", n, "--warmup", 10], norep=True, timeout_s=120,
+                                    prefix=["taskset", "-c", cpu]) for _ in range(p["repeats"])]
+            med = median_run(runs, "total_ms")
+            out[name] = {"seq_ms": round(med["total_ms"], 3), "latency_us_p50": med["p50_us"],
+                         "latency_us_p99": med["p99_us"], "seq_ms_samples": [round(r["total_ms"], 3) for r in runs]}
+            progress(f"norep pinned, client on {name.replace('_', ' ')}: p50 {med['p50_us']:.1f} us")
+        return out
+    finally:
+        cluster.stop_norep()
 
 
 def wal_stats(cluster: LocalCluster) -> dict:
@@ -220,11 +247,12 @@ def main() -> int:
     started = time.monotonic()
     max_clients = max(p["clients"])
     # Enough client identities that no measured run reuses one (see LocalCluster.take_clients).
-    pool = 1 + p["repeats"] * (1 + sum(p["clients"])) + 2
+    pool = 1 + p["repeats"] * (1 + sum(p["clients"])) + 2 * p["repeats"] + 2
     with LocalCluster(bftfs, f=1, clients=pool * len(SYSTEMS) + max_clients,
                       keep=common.keep_scratch()) as cluster:
         for system in SYSTEMS:
             results[system] = measure_system(cluster, system, p, norep_args)
+        results["norep_placement"] = norep_placement(cluster, p, norep_args)
     results["ratios"] = ratios(results)
     results["meta"] = common.run_metadata(
         loadavg_1_5_15_start=load_start, machine_before_start=before,

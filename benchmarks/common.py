@@ -398,11 +398,13 @@ class LocalCluster:
                 d.stop()
 
     # ---- NO-REP ----
-    def start_norep(self, extra_args: Sequence[str] = (), log_level: str = "warn") -> None:
+    def start_norep(self, extra_args: Sequence[str] = (), log_level: str = "warn",
+                    prefix: Sequence[str] = ()) -> None:
+        """Starts `bftfs norep` (after `prefix`, e.g. taskset) with a fresh data directory of this data tag."""
         if self.norep is not None:
             self.norep.kill()
         data = self.root / self.data_tag / "norep"
-        self.norep = Daemon("norep", [self.bftfs, "norep", "--config", self.config, "--data", data,
+        self.norep = Daemon("norep", [*prefix, self.bftfs, "norep", "--config", self.config, "--data", data,
                                       "--service", "counter", "--log-level", log_level, *extra_args],
                             self.root / f"{self.data_tag}-norep.log", data)
         self.norep.start()
@@ -413,16 +415,18 @@ class LocalCluster:
             self.norep.stop()
 
     # ---- clients ----
-    def counter_argv(self, first_client: int, args: Sequence[object], norep: bool = False) -> list[str]:
-        argv = [str(self.bftfs), "counter", "--config", str(self.config), "--id", str(first_client), "--json"]
+    def counter_argv(self, first_client: int, args: Sequence[object], norep: bool = False,
+                     prefix: Sequence[str] = ()) -> list[str]:
+        argv = [*prefix, str(self.bftfs), "counter", "--config", str(self.config), "--id", str(first_client),
+                "--json"]
         if norep:
             argv.append("--norep")
         return argv + [str(a) for a in args]
 
     def counter(self, args: Sequence[object], clients: int = 1, norep: bool = False,
-                timeout_s: float = 300.0) -> dict:
+                timeout_s: float = 300.0, prefix: Sequence[str] = ()) -> dict:
         """Runs `bftfs counter --json` with fresh client ids to completion; returns its JSON."""
-        return run_counter(self.counter_argv(self.take_clients(clients), args, norep), timeout_s)
+        return run_counter(self.counter_argv(self.take_clients(clients), args, norep, prefix), timeout_s)
 
     def daemons(self) -> list[Daemon]:
         return [d for d in self.replicas if d is not None] + ([self.norep] if self.norep else [])

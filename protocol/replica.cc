@@ -2095,6 +2095,9 @@ void Replica::Impl::recover(const std::vector<PersistRecord>& log) {
     std::sort(x.q.begin(), x.q.end(), [](const PreparedClaim& a, const PreparedClaim& b) { return a.view > b.view; });
     for (std::size_t i = 0; i < x.q.size() && i < 2; i++) e.q[e.q_count++] = x.q[i];
     if (e.view != view || in_view_change) reset_view_state(e, view, e.committed);
+    // Our COMMIT in this view (backed by the synced PreparedRecord) still counts toward the certificate: peers
+    // counted it, and without it a batch whose other commits are all we get could never commit here.
+    if (e.prepared) record_vote(e, self, e.digest, true);
     if (e.has_digest) max_ordered_seq = std::max(max_ordered_seq, s);
     if (e.batch) last_timestamp_ns = std::max(last_timestamp_ns, e.batch->timestamp_ns);
     if (e.has_digest && !e.batch && e.view == view && !in_view_change) start_fetch(e);

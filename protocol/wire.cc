@@ -605,11 +605,12 @@ Decoded decode_frame(std::span<const std::uint8_t> frame, std::uint32_t replicas
   std::memcpy(mac.bytes.data(), frame.data() + kHeaderBytes + body_bytes, kMacBytes);
   if (!crypto.verify_mac(sender, frame.first(kHeaderBytes + body_bytes), mac)) return reject(Reject::kBadMac);
 
-  // The sender is authenticated from here on. Sender roles: only clients send requests; only replicas send
-  // everything else.
+  // The sender is authenticated from here on. Sender roles: only replicas send anything but requests. A request
+  // comes from its client or is relayed by a backup to the primary (TOCS §2.4: a backup that got a request
+  // directly forwards it and starts its view-change timer); either way the request's own authenticator, not
+  // the frame sender, proves which client issued it.
   const auto type = static_cast<MsgType>(h[kOffType]);
   const bool sender_is_replica = sender < replicas;
-  if (type == MsgType::kRequest && sender_is_replica) return reject(Reject::kBadField);
   if (type != MsgType::kRequest && !sender_is_replica) return reject(Reject::kBadField);
 
   const Reject body = decode_body(type, frame.subspan(kHeaderBytes, body_bytes), replicas, d.message);

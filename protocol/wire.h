@@ -80,8 +80,8 @@ struct Decoded {
 
 // Decodes and authenticates one whole frame addressed to crypto.self(). `replicas` is n: a Request's
 // authenticator must have exactly n entries, and messages that only replicas send (everything but Request)
-// are rejected with kBadField when the sender is not a replica (sender >= n), and Requests when the sender is a
-// replica.
+// are rejected with kBadField when the sender is not a replica (sender >= n). A Request may come from a client
+// or from a replica relaying it (TOCS §2.4); its authenticator names the client.
 Decoded decode_frame(std::span<const std::uint8_t> frame, std::uint32_t replicas, const Crypto& crypto);
 
 // For stream transports: given at least kHeaderBytes of a stream, the total frame length, or 0 with `reject`
@@ -103,7 +103,7 @@ Reject decode_body(MsgType t, std::span<const std::uint8_t> body, std::uint32_t 
 //   - ViewChange: replica < n, and replica == the frame sender when it arrives in its own frame.
 //   - NewView: at most kReplicasMax view changes, each passing the ViewChange checks and naming view.
 //   - StateNode: 1..kStateChildrenMax children.
-//   - every message but Request comes from a replica (sender < n), Request from a non-replica;
+//   - every message but Request comes from a replica (sender < n); a Request from anyone known;
 //     header view/seq/digest equal the body's (digests recomputed), and no trailing bytes.
 
 // Verifies the Ed25519 signatures a message carries (decode_frame does not: they cost ~50 us each, and the core

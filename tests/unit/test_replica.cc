@@ -834,6 +834,23 @@ TEST_CASE("a restarted backup sends no prepare in the view it recovered in but s
   require_agreement(c, {0, 1, 2, 3});
 }
 
+TEST_CASE("a restarted replica still counts the commit it sent before the crash", "[replica][recovery]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  // Replica 3 prepares and commits-votes seq 1 but hears no commit; then it restarts and only replicas 0 and 1
+  // retransmit theirs: with its own (durable) vote that is 2f+1.
+  c.drop = [](const Envelope& e) { return is<Commit>(e) && e.to == 3; };
+  const NodeId client = c.client_ids[0];
+  c.do_increment(client);
+  REQUIRE(c.r(3).last_committed() == 0);
+  c.crash(3);
+  c.restart(3);
+  c.drop = [](const Envelope& e) { return is<Commit>(e) && e.from == 2 && e.to == 3; };
+  REQUIRE(c.tick_until([&] { return c.r(3).last_committed() == 1; }, 90));  // before any view-change timer
+  CHECK(c.service(3).value() == 1);
+  CHECK(c.r(3).view() == 0);
+}
+
 TEST_CASE("a lagging replica catches up by state transfer after the log was garbage collected", "[replica][state_transfer]") {
   LogQuiet quiet;
   Cluster c(small_options());
