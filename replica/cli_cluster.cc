@@ -14,18 +14,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "replica/clock.h"
 #include "common/config.h"
 #include "replica/cli_common.h"
 #include "replica/status_file.h"
 
 namespace bftfs::cli {
 namespace {
-
-std::uint64_t mono_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000;
-}
 
 void sleep_ms(int ms) {
   timespec ts{ms / 1000, (ms % 1000) * 1000000L};

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "replica/clock.h"
 #include "common/log.h"
 #include "replica/cli_common.h"
 #include "replica/client_runtime.h"
@@ -17,12 +18,6 @@
 
 namespace bftfs::cli {
 namespace {
-
-std::uint64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 double percentile_us(std::vector<std::uint64_t>& ns, double q) {
   if (ns.empty()) return 0;

@@ -1,3 +1,4 @@
+#include "replica/clock.h"
 #include "replica/norep_server.h"
 
 #include <signal.h>
@@ -19,12 +20,6 @@
 
 namespace bftfs {
 namespace {
-
-std::uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 constexpr NodeId kServerId = 0;
 

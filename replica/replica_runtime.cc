@@ -1,3 +1,4 @@
+#include "replica/clock.h"
 #include "replica/replica_runtime.h"
 
 #include <signal.h>
@@ -19,18 +20,6 @@
 
 namespace bftfs {
 namespace {
-
-std::uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-std::uint64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 constexpr std::uint64_t kTickCatchUpMax = 100;
 

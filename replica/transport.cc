@@ -1,3 +1,4 @@
+#include "replica/clock.h"
 #include "replica/transport.h"
 
 #include <arpa/inet.h>
@@ -18,12 +19,6 @@
 
 namespace bftfs {
 namespace {
-
-std::uint64_t mono_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000;
-}
 
 std::uint64_t seed_from_os() {
   std::uint64_t s = 0;

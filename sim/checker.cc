@@ -1,3 +1,4 @@
+#include "sim/strfmt.h"
 #include "sim/checker.h"
 
 #include <algorithm>
@@ -17,17 +18,6 @@ constexpr std::uint8_t kCounterOpIncrement = 1;  // services/counter_service.h: 
 constexpr std::uint8_t kCounterStatusOk = 0;
 constexpr std::uint8_t kCounterStatusBadToken = 1;
 
-std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string fmt(const char* format, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buf, sizeof buf, format, args);
-  va_end(args);
-  return buf;
-}
-
-unsigned long long ull(std::uint64_t v) { return static_cast<unsigned long long>(v); }
 
 }  // namespace
 

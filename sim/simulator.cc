@@ -1,4 +1,5 @@
 // The whole-cluster simulator (simulator.h). One Simulation object is one run of one seed.
+#include "sim/strfmt.h"
 #include "sim/simulator.h"
 
 #include <algorithm>
@@ -44,17 +45,6 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   return z ^ (z >> 31);
 }
 
-std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string fmt(const char* format, ...) {
-  char buf[1024];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buf, sizeof buf, format, args);
-  va_end(args);
-  return buf;
-}
-
-unsigned long long ull(std::uint64_t v) { return static_cast<unsigned long long>(v); }
 
 // A violation found while stepping: unwinds the run to Simulation::run.
 struct Violation {
