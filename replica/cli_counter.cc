@@ -92,6 +92,8 @@ int cmd_counter(int argc, char** argv) {
   p.option("duration-s", "S", "closed-loop duration in seconds", "10");
   p.option("warmup-s", "S", "closed-loop: seconds excluded from the measurement", "1");
   p.option("timeout-s", "S", "give up when no request completes for this long", "20");
+  p.option("timeline-ms", "W", "closed-loop: also report successful increments per W ms window (JSON keys timeline_ms, "
+           "timeline_start_mono_ns, timeline), for measuring recovery after a fault", "0");
   p.flag("json", "print one JSON object instead of text");
   p.option("log-level", "LEVEL", "debug|info|warn|error", "warn");
   if (auto rc = p.parse(argc, argv, 2)) return *rc;
@@ -104,6 +106,7 @@ int cmd_counter(int argc, char** argv) {
   const double duration_s = p.get_double("duration-s", ok);
   const double warmup_s = p.get_double("warmup-s", ok);
   const double timeout_s = p.get_double("timeout-s", ok);
+  const auto timeline_ms = p.get_u64("timeline-ms", ok, 0, 60000);
   if (!ok) return kExitUsage;
   const std::string lvl = p.get("log-level");
   log_set_level(lvl == "debug" ? LogLevel::kDebug
@@ -157,6 +160,8 @@ int cmd_counter(int argc, char** argv) {
   std::uint64_t last_progress_done = 0;
   std::uint64_t last_completion_ns = t_start;
   std::uint64_t seq_end_ns = 0;
+  // Window i counts increments completed in [t_start + i*W, t_start + (i+1)*W), warm-up included.
+  std::vector<std::uint64_t> timeline;
   bool failed = false;
   std::string failure;
 
@@ -178,6 +183,11 @@ int cmd_counter(int argc, char** argv) {
         return true;  // a resync: retry with the token the service told us
       }
       ++total_done;
+      if (timeline_ms > 0) {
+        const std::size_t window = static_cast<std::size_t>((now - t_start) / (timeline_ms * 1000000ull));
+        if (timeline.size() <= window) timeline.resize(window + 1, 0);
+        ++timeline[window];
+      }
       if (closed_loop) {
         if (now >= t_end) {
           event_base_loopbreak(base.get());
@@ -271,6 +281,9 @@ int cmd_counter(int argc, char** argv) {
       o.add("mode", "closed-loop").add("system", system).add("clients", k).add("duration_s", measured_s)
           .add("ops", measured_ops).add("ops_per_s", ops_s).add("p50_us", p50).add("p99_us", p99)
           .add("mean_us", mean).add("retransmissions", retrans).add("resyncs", resyncs);
+      if (timeline_ms > 0) {
+        o.add("timeline_ms", timeline_ms).add("timeline_start_mono_ns", t_start).add("timeline", timeline);
+      }
       std::printf("%s\n", o.str().c_str());
     } else {
       std::printf("%s closed loop: %llu clients, %llu increments in %.2f s = %.0f ops/s; latency p50 %.1f us, "

@@ -58,6 +58,16 @@ JsonObject& JsonObject::add(const std::string& k, const std::string& v) {
   body_ += "\"";
   return *this;
 }
+JsonObject& JsonObject::add(const std::string& k, const std::vector<std::uint64_t>& array) {
+  key(k);
+  body_ += "[";
+  for (std::size_t i = 0; i < array.size(); ++i) {
+    if (i != 0) body_ += ",";
+    body_ += std::to_string(array[i]);
+  }
+  body_ += "]";
+  return *this;
+}
 JsonObject& JsonObject::add(const std::string& k, const JsonObject& nested) {
   key(k);
   body_ += nested.str();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace bftfs {
 
@@ -20,6 +21,7 @@ class JsonObject {
   JsonObject& add(const std::string& key, const std::string& v);
   JsonObject& add(const std::string& key, const char* v) { return add(key, std::string(v)); }
   JsonObject& add(const std::string& key, const JsonObject& nested);
+  JsonObject& add(const std::string& key, const std::vector<std::uint64_t>& array);
   std::string str() const { return "{" + body_ + "}"; }
 
  private:
