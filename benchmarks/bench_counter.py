@@ -3,6 +3,8 @@
 
 Systems, all with the same counter service, transport, authentication and client code:
   norep          `bftfs norep`: one server that executes each request at once and replies (no agreement, no log)
+  norep_durable  extra: `bftfs norep --durable`, the same server group-committing a log before it replies (the
+                 durability promise the replicas make), for a like-for-like comparison
   pbft           4 `bftfs replica` processes with batching (the default)
   pbft_nobatch   the same with `--no-batching` (one request per pre-prepare)
   pbft_nofsync   extra, for context: batching but `--no-fsync` (NOT durable), showing what the log's fdatasync
@@ -17,7 +19,8 @@ Measurements, each from `bftfs counter --json` (the client times its own request
 Each measurement runs 3 times (QUICK=1: once) and the median is reported, with every sample in the JSON.
 
 Every configuration starts from fresh replicas with empty data directories. Output:
-  bench-results/counter.json             keys norep, pbft, pbft_nobatch, pbft_nofsync, norep_placement, ratios,
+  bench-results/counter.json             keys norep, norep_durable, pbft, pbft_nobatch, pbft_nofsync, norep_placement,
+                                         ratios,
                                          meta
   bench-results/counter-throughput.png   ops/s against clients, one line per system
   bench-results/counter-latency.png      sequential p50/p99, and closed-loop p50 against clients
@@ -42,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import LocalCluster, progress  # noqa: E402
 
-SYSTEMS = ("norep", "pbft", "pbft_nobatch", "pbft_nofsync")
+SYSTEMS = ("norep", "norep_durable", "pbft", "pbft_nobatch", "pbft_nofsync")
 REPLICA_ARGS = {"pbft": [], "pbft_nobatch": ["--no-batching"], "pbft_nofsync": ["--no-fsync"]}
 
 
@@ -66,9 +69,11 @@ def median_run(runs: list[dict], key: str) -> dict:
 def measure_system(cluster: LocalCluster, system: str, p: dict, norep_args: list[str]) -> dict:
     """Starts `system` fresh, runs the sequential and closed-loop measurements, stops it."""
     cluster.fresh_data(system)
-    norep = system == "norep"
+    norep = system.startswith("norep")
     if norep:
-        cluster.start_norep(norep_args)
+        # norep_durable group-commits its own log (one fdatasync per loop pass, before replying), the same
+        # durability promise the replicas make, for a like-for-like comparison; the targets use plain norep.
+        cluster.start_norep(norep_args + (["--durable"] if system == "norep_durable" else []))
     else:
         cluster.start_replicas(REPLICA_ARGS[system])
     try:
@@ -164,12 +169,13 @@ def ratio(a: float, b: float) -> float | None:
 
 def ratios(results: dict) -> dict:
     out = {}
-    for system in ("pbft", "pbft_nobatch", "pbft_nofsync"):
-        s, n = results[system], results["norep"]
-        out[f"{system}_over_norep_latency_p50"] = ratio(s["latency_us_p50"], n["latency_us_p50"])
-        out[f"{system}_over_norep_latency_p99"] = ratio(s["latency_us_p99"], n["latency_us_p99"])
-        out[f"{system}_over_norep_seq_time"] = ratio(s["seq2000_ms"], n["seq2000_ms"])
-        out[f"{system}_over_norep_peak_throughput"] = ratio(s["peak_ops_per_s"], n["peak_ops_per_s"])
+    for base in ("norep", "norep_durable"):
+        for system in ("pbft", "pbft_nobatch", "pbft_nofsync"):
+            s, n = results[system], results[base]
+            out[f"{system}_over_{base}_latency_p50"] = ratio(s["latency_us_p50"], n["latency_us_p50"])
+            out[f"{system}_over_{base}_latency_p99"] = ratio(s["latency_us_p99"], n["latency_us_p99"])
+            out[f"{system}_over_{base}_seq_time"] = ratio(s["seq2000_ms"], n["seq2000_ms"])
+            out[f"{system}_over_{base}_peak_throughput"] = ratio(s["peak_ops_per_s"], n["peak_ops_per_s"])
     return out
 
 
@@ -178,9 +184,9 @@ def plot(results: dict, out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {"norep": "NO-REP", "pbft": "PBFT (batching)", "pbft_nobatch": "PBFT (no batching)",
+    labels = {"norep": "NO-REP", "norep_durable": "NO-REP, durable log", "pbft": "PBFT (batching)", "pbft_nobatch": "PBFT (no batching)",
               "pbft_nofsync": "PBFT, no fsync (not durable)"}
-    styles = {"pbft_nofsync": "--"}
+    styles = {"pbft_nofsync": "--", "norep_durable": ":"}
     written = []
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
