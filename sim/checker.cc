@@ -1,4 +1,3 @@
-#include "sim/strfmt.h"
 #include "sim/checker.h"
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 
 #include "common/crypto.h"
 #include "services/counter_service.h"
+#include "sim/strfmt.h"
 
 namespace bftfs::sim {
 

@@ -196,29 +196,10 @@ int main(int argc, char** argv) {
 
   std::vector<SimConfig> configs;
   if (regressions) {
-    std::ifstream in(bftfs::sim::regression_seeds_path());
-    if (!in) {
-      std::fprintf(stderr, "bftfs-sim: cannot read %s\n", bftfs::sim::regression_seeds_path().c_str());
+    if (const std::string error = bftfs::sim::read_regression_seeds(bftfs::sim::regression_seeds_path(), configs);
+        !error.empty()) {
+      std::fprintf(stderr, "bftfs-sim: %s\n", error.c_str());
       return 2;
-    }
-    std::string line;
-    int lineno = 0;
-    while (std::getline(in, line)) {
-      ++lineno;
-      SimConfig c;
-      bool empty = false;
-      std::string error;
-      if (!bftfs::sim::parse_regression_line(line, c, empty, error)) {
-        std::fprintf(stderr, "bftfs-sim: %s:%d: %s\n", bftfs::sim::regression_seeds_path().c_str(), lineno,
-                     error.c_str());
-        return 2;
-      }
-      if (const std::string bad = empty ? "" : bftfs::sim::check_config(c); !bad.empty()) {
-        std::fprintf(stderr, "bftfs-sim: %s:%d: %s\n", bftfs::sim::regression_seeds_path().c_str(), lineno,
-                     bad.c_str());
-        return 2;
-      }
-      if (!empty) configs.push_back(c);
     }
   } else {
     for (std::uint64_t s = start; s < start + seeds; ++s) {

@@ -1,5 +1,4 @@
 // The whole-cluster simulator (simulator.h). One Simulation object is one run of one seed.
-#include "sim/strfmt.h"
 #include "sim/simulator.h"
 
 #include <algorithm>
@@ -7,6 +6,7 @@
 #include <csignal>
 #include <cstdarg>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -25,6 +25,7 @@
 #include "sim/checker.h"
 #include "sim/network.h"
 #include "sim/recording_service.h"
+#include "sim/strfmt.h"
 
 namespace bftfs::sim {
 
@@ -1164,6 +1165,24 @@ SimResult run_simulation(const SimConfig& config) {
   }
   sigaction(SIGABRT, &g_old_abort, nullptr);
   return result;
+}
+
+std::string read_regression_seeds(const std::string& path, std::vector<SimConfig>& out) {
+  std::ifstream in(path);
+  if (!in) return path + ": cannot read";
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    SimConfig c;
+    bool empty = false;
+    std::string error;
+    if (!parse_regression_line(line, c, empty, error)) return path + ":" + std::to_string(lineno) + ": " + error;
+    if (empty) continue;
+    if (std::string bad = check_config(c); !bad.empty()) return path + ":" + std::to_string(lineno) + ": " + bad;
+    out.push_back(c);
+  }
+  return "";
 }
 
 }  // namespace bftfs::sim

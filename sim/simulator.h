@@ -123,5 +123,8 @@ std::vector<SimResult> run_many(const std::vector<SimConfig>& configs, unsigned 
 bool parse_regression_line(const std::string& line, SimConfig& out, bool& empty, std::string& error);
 // Path of sim/regression-seeds.txt in the source tree this library was built from.
 std::string regression_seeds_path();
+// Reads every run of a regression-seeds file (parse_regression_line, then check_config) into `out`. Returns ""
+// or "path:line: reason" for the first bad line (or an unreadable file).
+std::string read_regression_seeds(const std::string& path, std::vector<SimConfig>& out);
 
 }  // namespace bftfs::sim

@@ -335,19 +335,12 @@ TEST_CASE("fixed seeds pass with each Byzantine strategy", "[sim][seeds]") {
 }
 
 TEST_CASE("every seed in sim/regression-seeds.txt passes", "[sim][seeds]") {
-  std::ifstream in(regression_seeds_path());
-  REQUIRE(in);
-  std::string line;
-  int lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    SimConfig c;
-    bool empty = false;
-    std::string error;
-    INFO(regression_seeds_path() << ":" << lineno << ": " << error);
-    REQUIRE(parse_regression_line(line, c, empty, error));
-    if (!empty) require_pass(c);
-  }
+  std::vector<SimConfig> configs;
+  const std::string error = read_regression_seeds(regression_seeds_path(), configs);
+  INFO(error);
+  REQUIRE(error.empty());
+  REQUIRE(!configs.empty());
+  for (const SimConfig& c : configs) require_pass(c);
 }
 
 TEST_CASE("a failing run reports its seed and reason", "[sim]") {
