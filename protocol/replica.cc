@@ -103,6 +103,12 @@ struct Entry {
   bool sent_commit = false;
   bool committed = false;     // committed-local (sticky across views: a committed batch never changes)
 
+  // PBFT-CS (NSDI'09 §3.1): this replica, as primary, executed the batch before it prepared and has so far sent
+  // only speculative replies for it; its ordinary reply (tentative once prepared, or committed) is still owed.
+  // Cleared when the execution is rolled back.
+  bool executed_early = false;
+  bool vote_replies_sent = false;
+
   std::uint64_t prepare_senders = 0;  // replicas that sent any PREPARE in `view` (one vote each)
   std::uint64_t commit_senders = 0;
   std::vector<VoteSet> votes;  // at most one set per digest, at most n sets
@@ -138,6 +144,32 @@ struct PendingNewView {
   std::map<std::uint64_t, std::shared_ptr<const Batch>> bodies;
   std::uint32_t fetch_ticks_left = 0;
 };
+
+// PBFT-CS: requests the primary executed on receipt, at sequence number `seq`, before the batch was sent.
+struct OpenBatch {
+  std::uint64_t seq = 0;
+  Batch batch;  // timestamp chosen when the batch opened; requests in execution order
+  std::size_t bytes = 0;
+};
+
+// How a reply reports the execution it comes from.
+enum class ReplyKind : std::uint8_t {
+  kCommitted,    // the batch committed (TOCS §2.4)
+  kTentative,    // executed after prepared, before commit (TOCS §5.1.2): one of 2f+1 votes
+  kSpeculative,  // PBFT-CS early reply of the primary: a prediction, never a vote (NSDI'09 §3.1)
+};
+
+std::uint8_t reply_flags(ReplyKind k) {
+  switch (k) {
+    case ReplyKind::kCommitted:
+      return 0;
+    case ReplyKind::kTentative:
+      return kReplyTentative;
+    case ReplyKind::kSpeculative:
+      return kReplySpeculative;
+  }
+  return 0;
+}
 
 struct DeferredChoice {  // a NEW-VIEW choice above this replica's window, applied when the window moves
   Digest digest;
@@ -190,6 +222,10 @@ struct Replica::Impl {
   std::uint64_t silenced_view = 0;
   std::uint64_t last_timestamp_ns = 0;
   std::uint64_t wall_clock_ns = 0;
+  // PBFT-CS: the batch being filled by early execution. When present, open_batch->seq == last_executed + 1 ==
+  // next_seq - 1, this replica is the primary, and the service and client table hold its executions at that
+  // seq (tentative), while the log has no entry for it yet.
+  std::optional<OpenBatch> open_batch;
 
   // ---- requests ----
   ClientTable clients;
@@ -301,6 +337,12 @@ struct Replica::Impl {
   void send_cached_reply(NodeId client, std::uint64_t request_id);
   void maybe_send_pre_prepares();
   void send_pre_prepare(Batch&& b);
+  // PBFT-CS early execution (NSDI'09 §3.1)
+  void order_early();
+  std::uint64_t closed_in_flight() const;
+  bool can_open_batch() const;
+  void close_open_batch();
+  void discard_open_batch();
   void attach_body(Entry& e, std::shared_ptr<const Batch> body);
   void start_fetch(Entry& e);
   bool record_vote(Entry& e, NodeId from, const Digest& d, bool commit);
@@ -309,7 +351,11 @@ struct Replica::Impl {
 
   // ---- execution and checkpoints ----
   void run_execution();
-  void execute_batch(Entry& e, bool tentative);
+  void execute_batch(Entry& e, ReplyKind kind);
+  bool execute_request(const Request& r, std::uint64_t seq, std::uint64_t reply_view, std::uint64_t timestamp_ns,
+                       ReplyKind kind);
+  void send_reply(const Request& r, std::uint64_t reply_view, ReplyKind kind, const Bytes& result);
+  void send_vote_replies(Entry& e, ReplyKind kind);
   void commit_next();
   void on_commit_progress();
   void rollback_to(std::uint64_t s);
@@ -708,7 +754,14 @@ void Replica::Impl::send_cached_reply(NodeId client, std::uint64_t request_id) {
   rep.client = client;
   rep.request_id = request_id;
   rep.flags = kReplyHasResult;
-  if (cr->seq > last_committed) rep.flags |= kReplyTentative;
+  if (cr->seq > last_committed) {
+    // Executed but not committed: a tentative vote if this replica prepared that batch (in any view: the
+    // execution survived the view change only if the new view re-proposed the same digest), otherwise an
+    // early execution by the primary (PBFT-CS), which is only a prediction.
+    const Entry* e = find(cr->seq);
+    const bool prepared = e != nullptr && e->has_digest && e->p && e->p->digest == e->digest;
+    rep.flags |= prepared ? kReplyTentative : kReplySpeculative;
+  }
   rep.result_digest = digest_of(cr->result);
   rep.result = cr->result;
   send(client, std::move(rep));
@@ -717,7 +770,7 @@ void Replica::Impl::send_cached_reply(NodeId client, std::uint64_t request_id) {
 void Replica::Impl::process_read_only() {
   if (read_only_queue.empty()) return;
   // TOCS §5.1.3: a read-only request sees no tentative state, and none while the state is being replaced.
-  if (last_executed != last_committed || service_diverged || fetcher.active()) return;
+  if (last_executed != last_committed || open_batch || service_diverged || fetcher.active()) return;
   while (!read_only_queue.empty()) {
     Request r = std::move(read_only_queue.front());
     read_only_queue.pop_front();
@@ -744,6 +797,10 @@ void Replica::Impl::process_read_only() {
 
 void Replica::Impl::maybe_send_pre_prepares() {
   if (!is_primary() || service_diverged || pending_new_view) return;
+  if (opt.early_replies) {
+    order_early();
+    return;
+  }
   while (queued_count > 0 && !tickets.empty()) {
     BFT_ASSERT(next_seq >= last_committed + 1);
     const std::uint64_t in_flight = next_seq - 1 - last_committed;
@@ -804,6 +861,129 @@ void Replica::Impl::send_pre_prepare(Batch&& b) {
   max_ordered_seq = std::max(max_ordered_seq, s);
   attach_body(e, body);  // persists the PrePrepareRecord first: a restarted primary never reuses s
   broadcast(PrePrepare{view, s, *body});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// PBFT-CS early execution (Wester et al., NSDI'09 §3.1): "the primary in PBFT-CS executes an operation
+// immediately upon receiving a request and sends the early reply to the client as a speculative response. The
+// primary then forms a pre-prepare message for the next batch of requests". Executing at receipt, not when the
+// batch goes out, is what lets a speculating client pipeline: with batching, a request that arrives while a
+// batch is in flight would otherwise wait for that batch to commit before the client hears anything.
+//
+// The executions land in the open batch at seq next_seq - 1 (reserved when it opens); the batch goes out as the
+// next PRE-PREPARE, with its requests in execution order, when the batch window allows, exactly as a batch of
+// queued requests would. Until then nothing about it is in the log: a crash, view change or state transfer
+// simply undoes it (discard_open_batch) and its requests wait in the queue again.
+// ---------------------------------------------------------------------------------------------------------------
+
+// Batches sent and not yet committed (the open batch is not sent).
+std::uint64_t Replica::Impl::closed_in_flight() const {
+  const std::uint64_t last_sent = open_batch ? open_batch->seq - 1 : next_seq - 1;
+  BFT_ASSERT(last_sent >= last_committed);
+  return last_sent - last_committed;
+}
+
+// A new batch may open at next_seq when every batch ordered so far was executed (the open batch executes after
+// them), the seq is inside the log window, and execution would not pass a checkpoint boundary that has not
+// committed (the same rule as tentative execution: the state at a checkpoint is always final).
+bool Replica::Impl::can_open_batch() const {
+  if (open_batch || fetcher.active() || service_diverged) return false;
+  if (last_executed + 1 != next_seq) return false;
+  if (next_seq > h + opt.log_window) return false;
+  const std::uint64_t boundary = ((next_seq - 1) / opt.checkpoint_interval) * opt.checkpoint_interval;
+  return boundary <= last_committed;
+}
+
+void Replica::Impl::order_early() {
+  BFT_ASSERT(is_primary());
+  const std::uint32_t limit = opt.batch_window == 0 ? 1 : opt.batch_requests_max;
+  for (;;) {
+    const bool window_open = opt.batch_window == 0 || closed_in_flight() < opt.batch_window;
+    if (open_batch && window_open) {
+      close_open_batch();
+      continue;
+    }
+    if (queued_count == 0 || tickets.empty()) break;
+    if (open_batch && open_batch->batch.requests.size() >= limit) break;  // full: waits for the window
+    if (!open_batch && !can_open_batch()) break;
+    const NodeId c = tickets.front();
+    auto qit = queue.find(c);
+    if (qit == queue.end()) {
+      tickets.pop_front();
+      continue;
+    }
+    auto rit = qit->second.begin();
+    const std::size_t size = rit->second.request.op.size() + opt.n * kMacBytes + 64;
+    if (open_batch && open_batch->bytes + size > kBatchBytesMax) break;
+    tickets.pop_front();
+    QueuedRequest qr = std::move(rit->second);
+    qit->second.erase(rit);
+    queued_count--;
+    if (qit->second.empty()) queue.erase(qit);
+    if (clients.classify(c, qr.request.request_id) != ClientTable::Freshness::kFresh) continue;
+    if (pending.count({c, qr.request.request_id}) != 0) continue;  // re-proposed by our NEW-VIEW
+    if (!open_batch) {
+      open_batch.emplace();
+      open_batch->seq = next_seq++;
+      open_batch->batch.timestamp_ns = std::max({last_timestamp_ns + 1, last_executed_timestamp_ns + 1, wall_clock_ns});
+      last_timestamp_ns = open_batch->batch.timestamp_ns;
+    }
+    const bool executed = execute_request(qr.request, open_batch->seq, view, open_batch->batch.timestamp_ns,
+                                          ReplyKind::kSpeculative);
+    BFT_ASSERT(executed);  // fresh, ordered, authenticated: nothing left to skip it
+    open_batch->bytes += size;
+    open_batch->batch.requests.push_back(std::move(qr.request));
+  }
+  if (tickets.size() > 2 * queued_count + 64) {
+    tickets.clear();
+    for (const auto& [c, reqs] : queue) {
+      for (std::size_t i = 0; i < reqs.size(); i++) tickets.push_back(c);
+    }
+  }
+}
+
+// The open batch becomes the PRE-PREPARE at its seq; it is already executed (speculatively).
+void Replica::Impl::close_open_batch() {
+  BFT_ASSERT(open_batch);
+  BFT_ASSERT(!open_batch->batch.requests.empty());
+  const std::uint64_t s = open_batch->seq;
+  BFT_ASSERT(s == last_executed + 1);
+  BFT_ASSERT(in_window(s));
+  auto body = std::make_shared<const Batch>(std::move(open_batch->batch));
+  open_batch.reset();
+  Entry& e = get_or_create(s);
+  BFT_ASSERT(!e.committed);
+  if (e.view != view) reset_view_state(e, view, false);
+  BFT_ASSERT(!e.has_digest);
+  e.has_digest = true;
+  e.digest = body->digest();
+  e.executed_early = true;
+  e.vote_replies_sent = false;
+  max_ordered_seq = std::max(max_ordered_seq, s);
+  attach_body(e, body);  // persists the PrePrepareRecord first: a restarted primary never reuses s
+  last_executed = s;
+  last_executed_timestamp_ns = body->timestamp_ns;
+  broadcast(PrePrepare{view, s, *body});
+}
+
+// Undoes the open batch (its seq was never sent) and queues its requests again.
+void Replica::Impl::discard_open_batch() {
+  if (!open_batch) return;
+  const std::uint64_t s = open_batch->seq;
+  BFT_ASSERT(s == last_executed + 1);
+  BFT_ASSERT(s >= 1 && s - 1 >= last_committed);
+  service.rollback_to(s - 1);
+  clients.rollback_to(s - 1);
+  BFT_ASSERT(!clients.has_tentative_above(s - 1));
+  Batch b = std::move(open_batch->batch);
+  open_batch.reset();
+  next_seq = s;
+  stats.open_batches_discarded += b.requests.size();
+  LOG_INFO(ctx(), "discarding %zu early-executed requests at s%llu", b.requests.size(),
+           static_cast<unsigned long long>(s));
+  for (const Request& r : b.requests) {
+    if (clients.classify(r.client, r.request_id) == ClientTable::Freshness::kFresh) enqueue(r, r.digest());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -991,6 +1171,9 @@ void Replica::Impl::on_old_commit(NodeId from, const Commit& c) {
 void Replica::Impl::learn_committed(Entry& e, std::uint64_t v, const Digest& d) {
   BFT_ASSERT(!e.committed);
   BFT_ASSERT(v <= view);
+  // A certificate at or above the open batch's seq (only possible with more than f faulty replicas, since no
+  // correct one votes for a seq the primary has not sent) decides that seq without us: undo our executions.
+  if (open_batch && e.seq >= open_batch->seq) discard_open_batch();
   if (e.has_digest && e.digest != d) {
     if (e.seq <= last_executed) {
       // We executed another batch at this seq tentatively; it cannot commit, so undo it.
@@ -1038,6 +1221,11 @@ void Replica::Impl::check_prepared(Entry& e) {
   e.sent_commit = true;
   record_vote(e, self, e.digest, true);
   broadcast(Commit{e.view, e.seq, e.digest});
+  // A batch this primary executed early is now prepared here: its tentative reply is a vote (the record above
+  // backs it), sent after the speculative one (NSDI'09 §3.1; TOCS §5.1.2).
+  if (e.executed_early && !e.vote_replies_sent && opt.tentative_execution && e.seq <= last_executed) {
+    send_vote_replies(e, ReplyKind::kTentative);
+  }
   check_committed(e);
 }
 
@@ -1081,13 +1269,14 @@ void Replica::Impl::run_execution() {
         continue;
       }
     }
+    if (open_batch) return;  // the open batch is next in execution order; it executed as it filled
     const std::uint64_t s = last_executed + 1;
     Entry* e = find(s);
     if (e == nullptr || !e->batch || !e->has_digest) return;
     if (e->committed && last_committed == last_executed) {
       // Final execution: the CommittedRecord goes out before the replies (effects rule).
       persist(CommittedRecord{s, e->digest});
-      execute_batch(*e, false);
+      execute_batch(*e, ReplyKind::kCommitted);
       last_committed = s;
       service.commit_through(s);
       clients.commit_through(s);
@@ -1100,8 +1289,15 @@ void Replica::Impl::run_execution() {
     // Tentative execution (TOCS §5.1.2): once prepared (or committed) with every earlier batch executed, but
     // never past a checkpoint seq that has not committed, so that the state at a checkpoint is always final.
     const std::uint64_t boundary = ((s - 1) / opt.checkpoint_interval) * opt.checkpoint_interval;
-    if (opt.tentative_execution && !replaying && (e->prepared || e->committed) && boundary <= last_committed) {
-      execute_batch(*e, true);
+    if (boundary > last_committed || replaying) return;
+    if (opt.tentative_execution && (e->prepared || e->committed)) {
+      execute_batch(*e, ReplyKind::kTentative);
+      continue;
+    }
+    // PBFT-CS: a primary executes what it pre-prepared at once (batches its NEW-VIEW re-proposed; its own
+    // batches executed while they were open).
+    if (opt.early_replies && is_primary() && e->view == view && e->pre_prepared) {
+      execute_batch(*e, ReplyKind::kSpeculative);
       continue;
     }
     return;
@@ -1111,9 +1307,13 @@ void Replica::Impl::run_execution() {
 // The batch at last_committed + 1 was executed tentatively and is now committed.
 void Replica::Impl::commit_next() {
   const std::uint64_t s = last_committed + 1;
-  const Entry* e = find(s);
+  Entry* e = find(s);
   BFT_ASSERT(e != nullptr && e->committed && s <= last_executed);
   persist(CommittedRecord{s, e->digest});
+  // An early execution that never sent its tentative vote (tentative execution off, or committed by
+  // certificate before it prepared here) owes the client its committed reply (NSDI'09 §3.1: the primary's
+  // early reply is only a prediction).
+  if (e->executed_early && !e->vote_replies_sent) send_vote_replies(*e, ReplyKind::kCommitted);
   last_committed = s;
   service.commit_through(s);
   clients.commit_through(s);
@@ -1126,43 +1326,72 @@ void Replica::Impl::commit_next() {
   }
 }
 
-void Replica::Impl::execute_batch(Entry& e, bool tentative) {
+void Replica::Impl::execute_batch(Entry& e, ReplyKind kind) {
   BFT_ASSERT(e.seq == last_executed + 1);
   BFT_ASSERT(e.batch != nullptr);
+  BFT_ASSERT(!open_batch);
   const Batch& b = *e.batch;
-  for (const Request& r : b.requests) {
-    // Bodies are validated by correct backups before they prepare them; the checks here are deterministic, so
-    // every correct replica skips the same requests even if more than f were faulty.
-    if (r.client < opt.n || r.request_id == 0 || r.read_only()) continue;
-    if (clients.classify(r.client, r.request_id) != ClientTable::Freshness::kFresh) {
-      forget_request(r.client, r.request_id);
-      continue;  // a duplicate or stale id is never executed twice (TOCS §2.1)
-    }
-    const ExecContext exec{e.seq, r.client, r.request_id, b.timestamp_ns};
-    Bytes result = service.execute(exec, r.op);
-    BFT_ASSERT(result.size() <= kResultBytesMax);
-    if (!replaying) {
-      Reply rep;
-      // The view that ordered the batch: what every correct replica executing it reports, also one that learned
-      // the batch from a certificate while changing views alone (clients match replies by view).
-      rep.view = e.view;
-      rep.client = r.client;
-      rep.request_id = r.request_id;
-      rep.flags = tentative ? kReplyTentative : 0;
-      rep.result_digest = digest_of(result);
-      // Reply digests (TOCS §5.1.1): only the designated replier sends the full result.
-      if (r.replier == self || r.replier == kReplierAll) {
-        rep.flags |= kReplyHasResult;
-        rep.result = result;
-      }
-      send(r.client, std::move(rep));
-    }
-    clients.record(r.client, r.request_id, e.seq, std::move(result), tentative);
-    forget_request(r.client, r.request_id);
-    stats.requests_executed++;
-  }
+  // The view that ordered the batch: what every correct replica executing it reports, also one that learned the
+  // batch from a certificate while changing views alone (clients match replies by view).
+  for (const Request& r : b.requests) execute_request(r, e.seq, e.view, b.timestamp_ns, kind);
+  e.executed_early = kind == ReplyKind::kSpeculative;
+  e.vote_replies_sent = false;
   if (b.timestamp_ns != 0) last_executed_timestamp_ns = b.timestamp_ns;
   last_executed = e.seq;
+}
+
+// Executes one ordered request at `seq` unless it is a duplicate, stale or invalid (then it only stops waiting);
+// returns whether it executed. Bodies are validated by correct backups before they prepare them; the checks here
+// are deterministic, so every correct replica skips the same requests even if more than f were faulty.
+bool Replica::Impl::execute_request(const Request& r, std::uint64_t seq, std::uint64_t reply_view,
+                                    std::uint64_t timestamp_ns, ReplyKind kind) {
+  if (r.client < opt.n || r.request_id == 0 || r.read_only()) return false;
+  if (clients.classify(r.client, r.request_id) != ClientTable::Freshness::kFresh) {
+    forget_request(r.client, r.request_id);
+    return false;  // a duplicate or stale id is never executed twice (TOCS §2.1)
+  }
+  const ExecContext exec{seq, r.client, r.request_id, timestamp_ns};
+  Bytes result = service.execute(exec, r.op);
+  BFT_ASSERT(result.size() <= kResultBytesMax);
+  if (!replaying) send_reply(r, reply_view, kind, result);
+  clients.record(r.client, r.request_id, seq, std::move(result), kind != ReplyKind::kCommitted);
+  forget_request(r.client, r.request_id);
+  stats.requests_executed++;
+  return true;
+}
+
+void Replica::Impl::send_reply(const Request& r, std::uint64_t reply_view, ReplyKind kind, const Bytes& result) {
+  Reply rep;
+  rep.view = reply_view;
+  rep.client = r.client;
+  rep.request_id = r.request_id;
+  rep.flags = reply_flags(kind);
+  rep.result_digest = digest_of(result);
+  // Reply digests (TOCS §5.1.1): only the designated replier sends the full result.
+  if (r.replier == self || r.replier == kReplierAll) {
+    rep.flags |= kReplyHasResult;
+    rep.result = result;
+  }
+  if (kind == ReplyKind::kSpeculative) stats.early_replies++;
+  send(r.client, std::move(rep));
+}
+
+// The ordinary replies for a batch this primary executed early: one per request that the batch executed (a
+// request skipped as a duplicate was answered, or will be, from the execution that counted).
+void Replica::Impl::send_vote_replies(Entry& e, ReplyKind kind) {
+  BFT_ASSERT(e.executed_early);
+  BFT_ASSERT(!e.vote_replies_sent);
+  BFT_ASSERT(e.batch != nullptr);
+  BFT_ASSERT(e.seq <= last_executed);
+  BFT_ASSERT(kind != ReplyKind::kSpeculative);
+  e.vote_replies_sent = true;
+  if (replaying) return;
+  for (const Request& r : e.batch->requests) {
+    if (r.client < opt.n || r.request_id == 0) continue;
+    const CachedReply* cr = clients.cached_reply(r.client, r.request_id);
+    if (cr == nullptr || cr->seq != e.seq) continue;
+    send_reply(r, e.view, kind, cr->result);
+  }
 }
 
 // A batch committed: the primary of this view works, so the view-change backoff starts over (TOCS §4.5.2) and
@@ -1176,12 +1405,19 @@ void Replica::Impl::on_commit_progress() {
 
 // Undoes tentative executions above s (TOCS §5.1.2: a view change may drop a tentatively executed batch).
 void Replica::Impl::rollback_to(std::uint64_t s) {
+  discard_open_batch();  // executed after everything below
   BFT_ASSERT(s >= last_committed);
   BFT_ASSERT(s < last_executed);
   LOG_INFO(ctx(), "rolling back tentative execution to s%llu", static_cast<unsigned long long>(s));
   service.rollback_to(s);
   clients.rollback_to(s);
   BFT_ASSERT(!clients.has_tentative_above(s));
+  for (std::uint64_t q = s + 1; q <= last_executed; q++) {
+    if (Entry* e = find(q)) {
+      e->executed_early = false;
+      e->vote_replies_sent = false;
+    }
+  }
   last_executed = s;
   last_executed_timestamp_ns = 0;  // unknown again; the next check is skipped once
   stats.rollbacks++;
@@ -1481,6 +1717,7 @@ void Replica::Impl::check_state_transfer(bool stalled) {
 void Replica::Impl::start_state_fetch(std::uint64_t s, const Digest& d) {
   if (s <= last_committed) return;
   if (fetcher.active() && fetcher.target_seq() >= s) return;
+  discard_open_batch();  // the state is about to be replaced; the primary stops executing early meanwhile
   // The fetcher skips subtrees equal to `local`, and an install starts from the service's newest checkpoint
   // (what it executed after that is discarded): so `local` is the tree of our newest checkpoint, which is the
   // service's newest, when the service still holds it; otherwise everything is fetched.
@@ -1514,6 +1751,7 @@ void Replica::Impl::install_fetched_state(FetchedState&& fs) {
     return;
   }
   BFT_ASSERT(checkpoint_digest(fs.seq, fs.service_root, digest_of(fs.client_table)) == fs.checkpoint_digest);
+  discard_open_batch();
   if (last_executed > last_committed && !service_diverged) rollback_to(last_committed);
   service.begin_install(fs.seq);
   for (const auto& [index, data] : fs.partitions) service.install_partition(index, data);
@@ -1610,6 +1848,7 @@ std::size_t Replica::Impl::view_changes_for(std::uint64_t v) const {
 void Replica::Impl::start_view_change(std::uint64_t new_view) {
   BFT_ASSERT(new_view > view);
   LOG_INFO(ctx(), "view change to v%llu", static_cast<unsigned long long>(new_view));
+  discard_open_batch();  // never sent: nothing of it may survive into the next view
   view = new_view;
   in_view_change = true;
   vc_backoff++;
@@ -1792,6 +2031,9 @@ void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& d
   const std::uint64_t v = nv.view;
   BFT_ASSERT(v > view || (v == view && in_view_change));
   const std::uint64_t hs = decision.checkpoint_seq;
+  // A replica may install a later view straight from normal operation (it never timed out itself); as the old
+  // primary its open batch was never sent and goes now, before the rollback decision below.
+  discard_open_batch();
   view = v;
   in_view_change = false;
   persist(ViewRecord{v, false});
@@ -2154,10 +2396,20 @@ void Replica::Impl::check_invariants_fast() const {
   BFT_ASSERT(last_executed <= h + L);
   if (last_executed > last_committed) {
     // Tentative execution never passes an uncommitted checkpoint boundary.
-    BFT_ASSERT(opt.tentative_execution);
+    BFT_ASSERT(opt.tentative_execution || opt.early_replies);
     BFT_ASSERT(last_executed <= (last_committed / K + 1) * K);
   }
-  BFT_ASSERT(!clients.has_tentative_above(last_executed));
+  if (open_batch) {
+    BFT_ASSERT(opt.early_replies);
+    BFT_ASSERT(is_primary());
+    BFT_ASSERT(open_batch->seq == last_executed + 1);
+    BFT_ASSERT(open_batch->seq + 1 == next_seq);
+    BFT_ASSERT(open_batch->seq <= (last_committed / K + 1) * K);
+    BFT_ASSERT(!open_batch->batch.requests.empty());
+    BFT_ASSERT(!clients.has_tentative_above(open_batch->seq));
+  } else {
+    BFT_ASSERT(!clients.has_tentative_above(last_executed));
+  }
   BFT_ASSERT(own_checkpoints.count(h) == 1);
   BFT_ASSERT(own_checkpoints.begin()->first == h);
   if (!in_view_change && primary_of(view) == self) {
@@ -2194,6 +2446,9 @@ void Replica::Impl::check_invariants() const {
     BFT_ASSERT(e.q_count <= 2);
     BFT_ASSERT(e.votes.size() <= opt.n);
     BFT_ASSERT(!e.p || e.p->seq == e.seq);
+    BFT_ASSERT(!e.executed_early || (e.seq <= last_executed && e.seq > last_committed) || e.committed);
+    BFT_ASSERT(!e.vote_replies_sent || e.executed_early);
+    if (open_batch) BFT_ASSERT(e.seq != open_batch->seq || !e.has_digest);
     for (std::size_t a = 0; a < e.votes.size(); a++) {
       BFT_ASSERT((e.votes[a].prepares & ~e.prepare_senders) == 0);
       BFT_ASSERT((e.votes[a].commits & ~e.commit_senders) == 0);

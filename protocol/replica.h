@@ -8,7 +8,14 @@
 //   §4.5 view change with the P/Q decision rule; view-change and new-view messages are signed
 //   §5.3 state transfer over the partition tree; catch-up from peers' logs via STATUS retransmission
 //   durable state and recovery after restart (the records of effects.h)
-// and PBFT-CS early execution hooks (NSDI'09 §3.1) come with the next issue.
+// and PBFT-CS early execution (Wester et al., NSDI'09 §3.1, option early_replies): the primary executes each
+// request as soon as it receives it, into an "open batch" at the next sequence number, and sends the client a
+// speculative reply (kReplySpeculative) at once; the open batch becomes the next PRE-PREPARE when the batch
+// window lets it go, with its requests in the order they were executed. The speculative reply is not a vote:
+// when the batch prepares (or commits) the primary sends its ordinary tentative (or committed) reply too. A view
+// change, a state transfer or a conflicting certificate undoes the open batch and any early execution the new
+// view does not re-propose identically (the service's rollback_to), which is what §3.4 requires: "it is safe
+// for the old primary to restore its state to the most recent committed operation".
 #pragma once
 
 #include <cstdint>
@@ -32,6 +39,8 @@ struct ReplicaOptions {
   std::uint32_t batch_window = 1;           // batches in flight before the primary starts batching; 0 = no
                                             // batching at all (one request per pre-prepare, unbounded window)
   bool tentative_execution = true;
+  // PBFT-CS (NSDI'09 §3.1): the primary executes requests on receipt and sends early, speculative replies.
+  bool early_replies = false;
   std::uint32_t client_window = 64;         // requests a client may have in flight (its reply cache size)
 
   // Timeouts in ticks (the runtime ticks every 1 ms).
@@ -51,6 +60,8 @@ struct ReplicaStats {
   std::uint64_t state_transfers = 0;
   std::uint64_t state_transfer_bytes = 0;
   std::uint64_t rollbacks = 0;
+  std::uint64_t early_replies = 0;        // speculative replies sent by this replica as primary (PBFT-CS)
+  std::uint64_t open_batches_discarded = 0;  // early-executed requests undone before their batch went out
   std::uint64_t rejected_bad_authenticator = 0;
   std::uint64_t rejected_bad_signature = 0;
   std::uint64_t rejected_out_of_window = 0;
