@@ -56,7 +56,7 @@ help:
 	@echo "  make               configure and build into $(BUILD)/ (SANITIZE=1 for build-asan/)"
 	@echo "  make unit | sim | integration   one test stage (sim: SEEDS=N, SIM_ARGS=...)"
 	@echo "  make fuzz          libFuzzer targets (FUZZ_RUNS=N)"
-	@echo "  make lint          -Werror build, pyflakes, purity of protocol/ services/ sim/"
+	@echo "  make lint          -Werror build, pyflakes, purity of protocol/ services/ shim/ sim/"
 	@echo "  make bench         bench-counter and bench-faults (QUICK=1 for a short run)"
 	@echo "  make clean         remove build directories"
 

@@ -78,6 +78,11 @@ enum class DecodeError : std::uint8_t {
 std::string_view to_string(DecodeError e);
 // Never fails on any input other than by returning an error; `out` is unspecified on error.
 DecodeError decode_request(std::span<const std::uint8_t> bytes, ShimRequest& out);
+// The same checks without copying the inner op: on kOk, `op` views the inner op inside `bytes` (valid as long as
+// `bytes` is). On error `deps` is unspecified and `op` is empty. What the shim uses on the execution path, where
+// the inner op may be up to kOpBytesMax.
+DecodeError decode_request(std::span<const std::uint8_t> bytes, std::vector<Dependency>& deps,
+                           std::span<const std::uint8_t>& op);
 
 Bytes encode_result(ShimStatus status, std::span<const std::uint8_t> inner);
 // False when the bytes are not a result envelope (empty, unknown status, or bytes after a retry status).
