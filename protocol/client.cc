@@ -37,6 +37,7 @@ struct Client::Impl {
     // The latest full result each replica sent. One per replica bounds what a Byzantine replica can make us
     // hold; the bytes are used only when their digest is the certificate's.
     std::map<NodeId, Bytes> results;
+    bool first_reported = false;  // take_first_replies() has (or had) this request's first full reply
   };
 
   Impl(const ClientOptions& o, NodeId self_, const Crypto& crypto_, std::uint64_t seed)
@@ -58,6 +59,7 @@ struct Client::Impl {
 
   Effects effects;
   std::vector<Completion> completions;
+  std::vector<FirstReply> first_replies;
   ClientStats stats;
 
   NodeId primary() const { return static_cast<NodeId>(view % opt.n); }
@@ -175,7 +177,7 @@ struct Client::Impl {
     auto it = requests.find(id);
     BFT_ASSERT(it != requests.end());
     const Pending& p = it->second;
-    completions.push_back(Completion{p.caller_id, std::move(result), cert_view, p.read_only});
+    completions.push_back(Completion{p.caller_id, std::move(result), cert_view, p.read_only, id});
     // At least one correct replica vouches for cert_view (see check()), so the system has reached it: send
     // the next requests to its primary.
     view = std::max(view, cert_view);
@@ -227,6 +229,12 @@ struct Client::Impl {
       return;
     }
     if (has_result) p.results.insert_or_assign(from, r.result);
+    if (has_result && !p.first_reported) {
+      p.first_reported = true;
+      ++stats.first_replies;
+      first_replies.push_back(FirstReply{p.caller_id, r.request_id, from, (r.flags & kReplySpeculative) != 0,
+                                         ro_reply, r.result});
+    }
     if ((r.flags & kReplySpeculative) == 0) record(p, from, r);
     check(r.request_id);
   }
@@ -327,6 +335,7 @@ void Client::on_tick() { impl_->on_tick(); }
 Effects Client::take_effects() { return std::exchange(impl_->effects, {}); }
 
 std::vector<Completion> Client::take_completions() { return std::exchange(impl_->completions, {}); }
+std::vector<FirstReply> Client::take_first_replies() { return std::exchange(impl_->first_replies, {}); }
 
 std::size_t Client::in_flight() const { return impl_->requests.size(); }
 std::uint64_t Client::view() const { return impl_->view; }

@@ -11,6 +11,10 @@
 //     retransmission asks every replica for the full result (replier = kReplierAll).
 // Pipelining: up to `window` requests in flight; results complete in any order but the replicas execute one
 // client's requests in request-id order (the primary orders them that way).
+// First replies (PBFT-CS, NSDI'09 §3.1): the first reply of each request that carries a full result is
+// reported once, before its completion, through take_first_replies(). Under PBFT-CS it is normally the
+// primary's early (speculative) reply, which never counts toward a certificate; a speculation layer
+// (relay/spec_client.h) decides whether to act on it.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +38,21 @@ struct ClientOptions {
 };
 
 struct Completion {
-  std::uint64_t request_id = 0;
+  std::uint64_t request_id = 0;  // what submit() returned
   Bytes result;
   std::uint64_t view = 0;  // the view the result was accepted in
   bool read_only = false;
+  // The request id the replicas executed (differs from request_id after a read-only fallback, §5.1.3).
+  std::uint64_t wire_request_id = 0;
+};
+
+struct FirstReply {
+  std::uint64_t request_id = 0;       // what submit() returned
+  std::uint64_t wire_request_id = 0;  // the id on the wire when the reply came
+  NodeId from = 0;
+  bool speculative = false;  // a PBFT-CS early reply: executed before agreement
+  bool read_only = false;    // an answer to a read-only (unordered) request
+  Bytes result;
 };
 
 struct ClientStats {
@@ -46,6 +61,7 @@ struct ClientStats {
   std::uint64_t retransmissions = 0;
   std::uint64_t read_only_fallbacks = 0;
   std::uint64_t replies_rejected = 0;  // wrong client, unknown request, result not matching its digest
+  std::uint64_t first_replies = 0;
 };
 
 class Client {
@@ -63,6 +79,7 @@ class Client {
 
   Effects take_effects();  // sends only; a client persists nothing
   std::vector<Completion> take_completions();
+  std::vector<FirstReply> take_first_replies();
 
   std::size_t in_flight() const;  // submitted and not completed
   std::uint64_t view() const;     // the client's belief of the current view

@@ -79,6 +79,10 @@ int cluster_start(int argc, char** argv) {
   p.option("batch-max", "N", "requests per pre-prepare", "64");
   p.option("batch-window", "W", "batches in flight before requests wait to be batched", "1");
   p.flag("no-fsync", "replicas do not fdatasync their logs (NOT durable; measurements only)");
+  p.flag("shim", "replicas run the service behind the PBFT-CS shim");
+  p.flag("early-replies", "PBFT-CS: the primary sends early speculative replies");
+  p.option("corrupt-early-replies", "FRACTION", "fault injection: the primary corrupts this fraction of early replies",
+           "0");
   p.option("log-level", "LEVEL", "replicas' log level", "info");
   p.option("timeout-s", "S", "how long to wait for the replicas to come up", "15");
   if (auto rc = p.parse(argc, argv, 3)) return *rc;
@@ -125,6 +129,12 @@ int cluster_start(int argc, char** argv) {
                                      "--batch-max", p.get("batch-max"), "--batch-window", p.get("batch-window")};
     if (p.has("no-batching")) args.push_back("--no-batching");
     if (p.has("no-fsync")) args.push_back("--no-fsync");
+    if (p.has("shim")) args.push_back("--shim");
+    if (p.has("early-replies")) args.push_back("--early-replies");
+    if (p.get("corrupt-early-replies") != "0") {
+      args.push_back("--corrupt-early-replies");
+      args.push_back(p.get("corrupt-early-replies"));
+    }
     const pid_t pid = ::fork();
     if (pid < 0) {
       error("cluster start", std::string("fork: ") + std::strerror(errno));

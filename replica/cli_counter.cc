@@ -12,6 +12,7 @@
 #include "replica/clock.h"
 #include "common/log.h"
 #include "replica/cli_common.h"
+#include "replica/cli_counter_spec.h"
 #include "replica/client_runtime.h"
 #include "replica/status_file.h"
 #include "services/counter_service.h"
@@ -94,6 +95,10 @@ int cmd_counter(int argc, char** argv) {
   p.option("timeout-s", "S", "give up when no request completes for this long", "20");
   p.option("timeline-ms", "W", "closed-loop: also report successful increments per W ms window (JSON keys timeline_ms, "
            "timeline_start_mono_ns, timeline), for measuring recovery after a fault", "0");
+  p.flag("spec", "PBFT-CS client: speculate on the primary's early replies, predicated increments (replicas need "
+         "--shim and --early-replies)");
+  p.flag("shim", "with --spec: do not speculate (wait for consensus) but still talk to --shim replicas");
+  p.option("spec-window", "W", "with --spec: increments in flight per client (PBFT-CS(W))", "64");
   p.flag("json", "print one JSON object instead of text");
   p.option("log-level", "LEVEL", "debug|info|warn|error", "warn");
   if (auto rc = p.parse(argc, argv, 2)) return *rc;
@@ -107,6 +112,7 @@ int cmd_counter(int argc, char** argv) {
   const double warmup_s = p.get_double("warmup-s", ok);
   const double timeout_s = p.get_double("timeout-s", ok);
   const auto timeline_ms = p.get_u64("timeline-ms", ok, 0, 60000);
+  const auto spec_window = p.get_u64("spec-window", ok, 1, 64);
   if (!ok) return kExitUsage;
   const std::string lvl = p.get("log-level");
   log_set_level(lvl == "debug" ? LogLevel::kDebug
@@ -114,6 +120,25 @@ int cmd_counter(int argc, char** argv) {
                 : lvl == "error" ? LogLevel::kError
                                  : LogLevel::kWarn);
   const bool norep = p.has("norep");
+  if (p.has("spec")) {
+    if (norep) {
+      error("counter", "--spec and --norep exclude each other");
+      return kExitUsage;
+    }
+    SpecCounterArgs a;
+    a.config = p.get("config");
+    a.first_id = first_id;
+    a.requests = requests;
+    a.warmup = warmup;
+    a.clients = closed_loop ? k : 0;
+    a.duration_s = duration_s;
+    a.warmup_s = warmup_s;
+    a.timeout_s = timeout_s;
+    a.window = static_cast<std::uint32_t>(spec_window);
+    a.speculate = !p.has("shim");
+    a.json = p.has("json");
+    return run_spec_counter(a);
+  }
   ReplicaAddress server;
   if (p.has("server")) {
     if (std::string err = parse_host_port(p.get("server"), server); !err.empty()) {

@@ -43,6 +43,10 @@ int cmd_replica(int argc, char** argv) {
   p.option("checkpoint-interval", "K", "checkpoint every K sequence numbers (log window 2K)", "128");
   p.flag("no-fsync", "do not fdatasync the log (NOT durable; for measuring what fsync costs)");
   p.flag("check-invariants", "check the core's invariants after every step (slow)");
+  p.flag("shim", "run the service behind the PBFT-CS shim (predicated requests of speculating clients)");
+  p.flag("early-replies", "PBFT-CS: as primary, execute requests on receipt and send early speculative replies");
+  p.option("corrupt-early-replies", "FRACTION",
+           "fault injection: as primary, corrupt this fraction (0..1) of early replies", "0");
   if (auto rc = p.parse(argc, argv, 2)) return *rc;
   bool ok = true;
   ReplicaRuntimeOptions o;
@@ -57,6 +61,14 @@ int cmd_replica(int argc, char** argv) {
   if (p.has("no-batching")) o.core.batch_window = 0;
   o.wal.fsync = !p.has("no-fsync");
   o.check_invariants = p.has("check-invariants");
+  o.shim = p.has("shim");
+  o.core.early_replies = p.has("early-replies");
+  const double corrupt = p.get_double("corrupt-early-replies", ok);
+  if (ok && (corrupt < 0 || corrupt > 1)) {
+    error("replica", "--corrupt-early-replies: expected a fraction in [0, 1]");
+    ok = false;
+  }
+  o.corrupt_early_replies_ppm = static_cast<std::uint32_t>(corrupt * 1e6 + 0.5);
   o.handle_signals = true;
   if (!ok || !set_log_level("replica", p.get("log-level"))) return kExitUsage;
   std::unique_ptr<ReplicaRuntime> rt;

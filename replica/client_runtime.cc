@@ -109,6 +109,7 @@ void ClientRuntime::drain() {
       callbacks_.erase(it);
       if (cb) cb(c);
     }
+    core_->take_first_replies();  // a non-speculating client waits for the certificate only
     Effects e = core_->take_effects();
     BFT_ASSERT(e.persist.empty());  // a client persists nothing
     for (const auto& s : e.sends) transport_->send(s);

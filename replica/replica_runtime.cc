@@ -11,7 +11,9 @@
 #include <cstring>
 
 #include "common/assert.h"
+#include "common/crypto.h"
 #include "common/log.h"
+#include "common/prng.h"
 #include "replica/data_dir_lock.h"
 #include "replica/file_snapshot_store.h"
 #include "replica/loop_stop.h"
@@ -42,7 +44,7 @@ struct ReplicaRuntime::Impl {
   EventBasePtr base;  // destroyed after every event that refers to it
   std::unique_ptr<Crypto> crypto;
   std::unique_ptr<FileSnapshotStore> store;
-  std::unique_ptr<Service> service;
+  ServiceStack service;  // the shim (if any) is destroyed before the service it wraps
   std::unique_ptr<Wal> wal;
   std::unique_ptr<Replica> replica;
   std::unique_ptr<Transport> transport;
@@ -156,6 +158,8 @@ struct ReplicaRuntime::Impl {
         .add("state_transfers", st.state_transfers)
         .add("state_transfer_bytes", st.state_transfer_bytes)
         .add("rollbacks", st.rollbacks)
+        .add("early_replies", st.early_replies)
+        .add("open_batches_discarded", st.open_batches_discarded)
         .add("rejected_bad_authenticator", st.rejected_bad_authenticator)
         .add("rejected_bad_signature", st.rejected_bad_signature)
         .add("rejected_out_of_window", st.rejected_out_of_window)
@@ -246,8 +250,11 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
   if (std::string err = m.lock.acquire(options.data_dir); !err.empty()) return err;
   m.status_path = options.data_dir + "/status.json";
   if (std::string err = FileSnapshotStore::open(options.data_dir + "/snapshots", m.store); !err.empty()) return err;
-  m.service = make_service(options.service, m.store.get());
-  if (m.service == nullptr) return "unknown service '" + options.service + "' (expected " + service_names() + ")";
+  if (std::string err = make_service_stack(options.service, m.store.get(), options.shim,
+                                           static_cast<std::uint32_t>(m.config.clients.size()), m.service);
+      !err.empty()) {
+    return err;
+  }
   std::vector<PersistRecord> records;
   if (std::string err = Wal::open(options.data_dir + "/wal", options.wal, m.wal, records); !err.empty()) return err;
 
@@ -261,7 +268,23 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
   core.f = m.config.f;
   std::uint64_t seed = 0;
   if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) seed = m.started_ns ^ options.id;
-  m.replica = std::make_unique<Replica>(core, options.id, *m.service, *m.crypto, seed);
+  m.replica = std::make_unique<Replica>(core, options.id, *m.service.top(), *m.crypto, seed);
+  if (options.corrupt_early_replies_ppm > 0) {
+    // The lying primary of the PBFT-CS fault experiment: a wrong result with a matching digest, so the client
+    // can only find out from the consensus reply (§3.4).
+    LOG_WARN(m.ctx, "fault injection: corrupting %u ppm of early replies", options.corrupt_early_replies_ppm);
+    auto prng = std::make_shared<Prng>(seed ^ 0xBADC0FFEE0DDF00Dull);
+    const std::uint32_t ppm = options.corrupt_early_replies_ppm;
+    m.replica->set_effects_filter([prng, ppm](Effects& e) {
+      for (Send& s : e.sends) {
+        auto* r = std::get_if<Reply>(&s.message);
+        if (r == nullptr || (r->flags & kReplySpeculative) == 0 || (r->flags & kReplyHasResult) == 0) continue;
+        if (r->result.empty() || prng->below(1000000) >= ppm) continue;
+        r->result.back() ^= 0x5A;
+        r->result_digest = digest_of(r->result);
+      }
+    });
+  }
 
   Impl* raw = impl.get();
   m.transport = std::make_unique<Transport>(m.base.get(), m.config.n, *m.crypto, options.transport,

@@ -33,6 +33,10 @@ struct ReplicaRuntimeOptions {
   NodeId id = 0;
   std::string data_dir;         // holds wal/, snapshots/ and status.json; created if missing
   std::string service = "counter";
+  bool shim = false;            // run the service behind the PBFT-CS shim (predicated requests)
+  // Fault injection for the PBFT-CS experiments (NSDI'09 §6.3): as primary, corrupt this many of every million
+  // early (speculative) replies. Never set outside benchmarks and tests.
+  std::uint32_t corrupt_early_replies_ppm = 0;
   ReplicaOptions core;          // n and f are overwritten from the configuration
   WalOptions wal;
   TransportOptions transport;

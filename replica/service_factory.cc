@@ -1,6 +1,7 @@
 #include "replica/service_factory.h"
 
 #include "services/counter_service.h"
+#include "shim/shim.h"
 #include "services/null_service.h"
 
 namespace bftfs {
@@ -12,5 +13,18 @@ std::unique_ptr<Service> make_service(const std::string& name, SnapshotStore* st
 }
 
 const char* service_names() { return "counter|null"; }
+
+std::string make_service_stack(const std::string& name, SnapshotStore* store, bool with_shim, std::uint32_t clients,
+                               ServiceStack& out) {
+  out = ServiceStack{};
+  out.inner = make_service(name, store);
+  if (out.inner == nullptr) return "unknown service '" + name + "' (expected " + service_names() + ")";
+  if (with_shim) {
+    shim::ShimOptions so;
+    so.clients_max = std::max<std::uint32_t>(clients, 1);
+    out.shim = std::make_unique<shim::Shim>(*out.inner, store, so);
+  }
+  return "";
+}
 
 }  // namespace bftfs

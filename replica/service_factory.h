@@ -10,6 +10,18 @@ namespace bftfs {
 
 // Makes service `name` over `store` (may be null: no durability). Returns null for an unknown name.
 std::unique_ptr<Service> make_service(const std::string& name, SnapshotStore* store);
+
+// A service as the replicas run it: the named service, optionally behind the PBFT-CS shim (shim/shim.h), which
+// evaluates the predicates of speculative requests (NSDI'09 §3.2, §5). `top` is what the engine executes; it is
+// destroyed before `inner`, which it wraps.
+struct ServiceStack {
+  std::unique_ptr<Service> inner;
+  std::unique_ptr<Service> shim;  // null without the shim
+  Service* top() const { return shim ? shim.get() : inner.get(); }
+};
+// Returns "" or an error (an unknown name). `clients` bounds the clients whose results the shim logs.
+[[nodiscard]] std::string make_service_stack(const std::string& name, SnapshotStore* store, bool with_shim,
+                                             std::uint32_t clients, ServiceStack& out);
 // "counter|null", for --help texts and errors.
 const char* service_names();
 
