@@ -45,7 +45,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 # Steps depend on each other in order (deps, then configure, then build); parallelism lives inside ninja.
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
-.PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults demo \
+.PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
         clean help
 
 help:
@@ -57,7 +57,8 @@ help:
 	@echo "  make unit | sim | integration   one test stage (sim: SEEDS=N, SIM_ARGS=...)"
 	@echo "  make fuzz          libFuzzer targets (FUZZ_RUNS=N)"
 	@echo "  make lint          -Werror build, pyflakes, purity of protocol/ services/ shim/ sim/"
-	@echo "  make bench         bench-counter and bench-faults (QUICK=1 for a short run)"
+	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan (QUICK=1 for a short run)"
+	@echo "  make bench-counter-wan  PBFT-CS vs PBFT vs NO-REP across emulated WAN topologies"
 	@echo "  make clean         remove build directories"
 
 deps:
@@ -110,13 +111,16 @@ fuzz: deps
 lint:
 	@JOBS="$(JOBS)" PYTHON="$(PYTHON)" bash scripts/lint.sh
 
-bench: bench-counter bench-faults
+bench: bench-counter bench-faults bench-counter-wan
 
 bench-counter: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_counter.py
 
 bench-faults: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_faults.py
+
+bench-counter-wan: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_counter_wan.py
 
 demo: deps all
 	@BFTFS_BUILD="$(abspath $(BUILD))" bash scripts/demo.sh
