@@ -43,6 +43,7 @@ int cmd_replica(int argc, char** argv) {
   p.option("checkpoint-interval", "K", "checkpoint every K sequence numbers (log window 2K)", "128");
   p.flag("no-fsync", "do not fdatasync the log (NOT durable; for measuring what fsync costs)");
   p.flag("check-invariants", "check the core's invariants after every step (slow)");
+  add_wan_options(p);
   if (auto rc = p.parse(argc, argv, 2)) return *rc;
   bool ok = true;
   ReplicaRuntimeOptions o;
@@ -58,7 +59,7 @@ int cmd_replica(int argc, char** argv) {
   o.wal.fsync = !p.has("no-fsync");
   o.check_invariants = p.has("check-invariants");
   o.handle_signals = true;
-  if (!ok || !set_log_level("replica", p.get("log-level"))) return kExitUsage;
+  if (!ok || !get_wan_options(p, o.transport.wan) || !set_log_level("replica", p.get("log-level"))) return kExitUsage;
   std::unique_ptr<ReplicaRuntime> rt;
   if (std::string err = ReplicaRuntime::create(o, rt); !err.empty()) {
     error("replica", err);
@@ -74,13 +75,14 @@ int cmd_norep(int argc, char** argv) {
               "Runs the unreplicated baseline: one server executing every authenticated request at once and\n"
               "answering with the full result. It authenticates as replica 0 of CONFIG. Without --durable it keeps\n"
               "no log (a restart loses the state); with --durable it group-commits each executed request to a\n"
-              "write-ahead log before replying, like the replicas do.");
+              "write-ahead log before replying, like the replicas do. For WAN emulation the server is at node 0's site.");
   p.option("config", "FILE", "cluster.conf written by keygen").required("config");
   p.option("data", "DATADIR", "data directory (status.json; wal/ with --durable)").required("data");
   p.option("service", "NAME", std::string("service: ") + service_names(), "counter");
   p.option("listen", "HOST:PORT", "address to listen on (default: replica 0's address)");
   p.flag("durable", "log every executed request with group commit before replying");
   p.option("log-level", "LEVEL", "debug|info|warn|error", "info");
+  add_wan_options(p);
   if (auto rc = p.parse(argc, argv, 2)) return *rc;
   NorepOptions o;
   o.config_path = p.get("config");
@@ -94,7 +96,7 @@ int cmd_norep(int argc, char** argv) {
       return kExitUsage;
     }
   }
-  if (!set_log_level("norep", p.get("log-level"))) return kExitUsage;
+  if (!get_wan_options(p, o.transport.wan) || !set_log_level("norep", p.get("log-level"))) return kExitUsage;
   std::unique_ptr<NorepServer> server;
   if (std::string err = NorepServer::create(o, server); !err.empty()) {
     error("norep", err);

@@ -42,7 +42,7 @@ std::string load_client_identity(const std::string& config_path, NodeId id, Clus
 // ClientRuntime
 
 std::string ClientRuntime::create(event_base* base, const std::string& config_path, NodeId id, ClientOptions options,
-                                  std::unique_ptr<ClientRuntime>& out) {
+                                  std::unique_ptr<ClientRuntime>& out, const WanSpec& wan) {
   out.reset();
   ::signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<ClientRuntime> c(new ClientRuntime());
@@ -57,6 +57,7 @@ std::string ClientRuntime::create(event_base* base, const std::string& config_pa
   ClientRuntime* raw = c.get();
   TransportOptions to;
   to.send_hello = true;
+  to.wan = wan;
   c->transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to,
                                               [raw](NodeId from, Message&& m) {
                                                 raw->core_->on_message(from, m);
@@ -132,7 +133,7 @@ const ClientStats& ClientRuntime::stats() const { return core_->stats(); }
 // DirectClient
 
 std::string DirectClient::create(event_base* base, const std::string& config_path, NodeId id,
-                                 const ReplicaAddress& server, std::unique_ptr<DirectClient>& out) {
+                                 const ReplicaAddress& server, std::unique_ptr<DirectClient>& out, const WanSpec& wan) {
   out.reset();
   ::signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<DirectClient> c(new DirectClient());
@@ -142,6 +143,7 @@ std::string DirectClient::create(event_base* base, const std::string& config_pat
   DirectClient* raw = c.get();
   TransportOptions to;
   to.send_hello = true;
+  to.wan = wan;
   c->transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to,
                                               [raw](NodeId from, Message&& m) { raw->on_message(from, std::move(m)); });
   const ReplicaAddress addr = server.host.empty() ? c->config_.replicas[0] : server;

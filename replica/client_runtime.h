@@ -42,9 +42,12 @@ std::uint64_t fresh_first_request_id();
 
 class ClientRuntime final : public SubmitClient {
  public:
-  // `options.n`/`f` are taken from the configuration. `base` must outlive the client.
+  // `options.n`/`f` are taken from the configuration. `base` must outlive the client. `wan` is the emulated
+  // wide-area delay (replica/wan.h), the same spec every process of the run has; with it on, `base` should
+  // come from make_event_base(true).
   [[nodiscard]] static std::string create(event_base* base, const std::string& config_path, NodeId id,
-                                          ClientOptions options, std::unique_ptr<ClientRuntime>& out);
+                                          ClientOptions options, std::unique_ptr<ClientRuntime>& out,
+                                          const WanSpec& wan = {});
   ~ClientRuntime() override;
 
   std::uint64_t submit(Bytes op, bool read_only, Callback done) override;
@@ -72,9 +75,10 @@ class ClientRuntime final : public SubmitClient {
 class DirectClient final : public SubmitClient {
  public:
   // Talks to the NO-REP server, which authenticates as replica 0, at `server` (empty host: replica 0's
-  // configured address).
+  // configured address). `wan` as for ClientRuntime::create; the server is at node 0's site.
   [[nodiscard]] static std::string create(event_base* base, const std::string& config_path, NodeId id,
-                                          const ReplicaAddress& server, std::unique_ptr<DirectClient>& out);
+                                          const ReplicaAddress& server, std::unique_ptr<DirectClient>& out,
+                                          const WanSpec& wan = {});
   ~DirectClient() override;
 
   std::uint64_t submit(Bytes op, bool read_only, Callback done) override;

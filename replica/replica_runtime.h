@@ -35,7 +35,7 @@ struct ReplicaRuntimeOptions {
   std::string service = "counter";
   ReplicaOptions core;          // n and f are overwritten from the configuration
   WalOptions wal;
-  TransportOptions transport;
+  TransportOptions transport;    // transport.wan on: the event base gets precise timers (make_event_base)
   std::uint32_t tick_ms = 1;
   std::uint32_t status_interval_ms = 500;
   bool check_invariants = false;  // after every core call (tests; costs CPU)
