@@ -436,7 +436,13 @@ bool Transport::delay_frame(NodeId to, const std::uint8_t* data, std::size_t siz
   ++delayed_frames_;
   delayed_bytes_ += size;
   ++stats_.frames_delayed;
-  if (link.frames.size() == 1) arm_delay_timer(link, wan_delay_ns_);
+  if (link.frames.size() == 1) {
+    // libevent measures a timeout from the time it cached when this loop pass began, which is earlier than the
+    // send time just taken: without a refresh the timer would wake up a little before the frame is due and
+    // need a second wake-up (measured: the median hop late by 35-55 us instead of about 90 us at 2.5 ms).
+    event_base_update_cache_time(base_);
+    arm_delay_timer(link, wan_delay_ns_);
+  }
   return true;
 }
 
