@@ -231,6 +231,11 @@ struct Client::Impl {
     if (has_result) p.results.insert_or_assign(from, r.result);
     if (has_result && !p.first_reported) {
       p.first_reported = true;
+      // The request reached a replica that executed it: under PBFT-CS the early reply comes long before the
+      // certificate when replicas are far apart (a 15 ms WAN puts it ~90 ms later), so the retransmission
+      // clock starts again once, here. Once only: a primary that answers early but never orders still meets
+      // a retransmission (and the backups' view-change timers) within twice the timeout.
+      p.deadline = std::max(p.deadline, deadline_after(p.timeout_ticks));
       ++stats.first_replies;
       first_replies.push_back(FirstReply{p.caller_id, r.request_id, from, (r.flags & kReplySpeculative) != 0,
                                          ro_reply, r.result});

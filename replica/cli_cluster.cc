@@ -85,8 +85,11 @@ int cluster_start(int argc, char** argv) {
            "0");
   p.option("log-level", "LEVEL", "replicas' log level", "info");
   p.option("timeout-s", "S", "how long to wait for the replicas to come up", "15");
+  add_wan_options(p);  // passed on to every replica
   if (auto rc = p.parse(argc, argv, 3)) return *rc;
   bool ok = true;
+  WanSpec wan;
+  ok = get_wan_options(p, wan);
   const auto f = p.get_u64("f", ok, 1, 21);
   const auto clients = p.get_u64("clients", ok, 1, 100000);
   const auto port = p.get_u64("base-port", ok, 1, 65535 - 64);
@@ -135,6 +138,7 @@ int cluster_start(int argc, char** argv) {
       args.push_back("--corrupt-early-replies");
       args.push_back(p.get("corrupt-early-replies"));
     }
+    for (auto& a : wan_arguments(p)) args.push_back(std::move(a));
     const pid_t pid = ::fork();
     if (pid < 0) {
       error("cluster start", std::string("fork: ") + std::strerror(errno));

@@ -149,6 +149,40 @@ double ArgParser::get_double(const std::string& name, bool& ok) const {
   return x;
 }
 
+void add_wan_options(ArgParser& p) {
+  p.option("wan-delay-ms", "D",
+           "emulated one-way delay in ms between different sites, in [0, 10000]; 0 = LAN. Give every process of a "
+           "run the same --wan-* options",
+           "0");
+  p.option("wan-site", "NODE=SITE,...",
+           "put NODE at SITE; a node not named is its own site (e.g. 4=0: client 4 at replica 0's site)");
+}
+
+bool get_wan_options(const ArgParser& p, WanSpec& out) {
+  WanSpec spec;
+  if (std::string err = parse_wan_delay_ms(p.get("wan-delay-ms"), spec.delay_ms); !err.empty()) {
+    error(p.command(), "--wan-delay-ms: " + err);
+    return false;
+  }
+  if (p.has("wan-site")) {
+    if (std::string err = parse_wan_sites(p.get("wan-site"), spec.sites); !err.empty()) {
+      error(p.command(), "--wan-site: " + err);
+      return false;
+    }
+  }
+  out = std::move(spec);
+  return true;
+}
+
+std::vector<std::string> wan_arguments(const ArgParser& p) {
+  std::vector<std::string> args = {"--wan-delay-ms", p.get("wan-delay-ms")};
+  if (p.has("wan-site")) {
+    args.push_back("--wan-site");
+    args.push_back(p.get("wan-site"));
+  }
+  return args;
+}
+
 void error(const std::string& command, const std::string& message) {
   std::fprintf(stderr, "bftfs %s: %s\n", command.c_str(), message.c_str());
 }

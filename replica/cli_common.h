@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "replica/wan.h"
+
 namespace bftfs::cli {
 
 inline constexpr int kExitOk = 0;
@@ -50,6 +52,15 @@ class ArgParser {
   std::vector<Spec> specs_;
   std::map<std::string, std::string> values_;
 };
+
+// WAN emulation (replica/wan.h), the same two options on every command that runs a node (replica, norep,
+// counter, cluster start): --wan-delay-ms D and --wan-site NODE=SITE[,NODE=SITE...].
+void add_wan_options(ArgParser& p);
+// Reads them into `out` (parse_wan_delay_ms, parse_wan_sites); on a bad value prints which option is wrong and
+// why, and returns false.
+[[nodiscard]] bool get_wan_options(const ArgParser& p, WanSpec& out);
+// The options as given, for a child process that must run with the same spec (cluster start).
+std::vector<std::string> wan_arguments(const ArgParser& p);
 
 // Prints "bftfs <command>: <message>" to stderr.
 void error(const std::string& command, const std::string& message);

@@ -101,6 +101,7 @@ int cmd_counter(int argc, char** argv) {
   p.option("spec-window", "W", "with --spec: increments in flight per client (PBFT-CS(W))", "64");
   p.flag("json", "print one JSON object instead of text");
   p.option("log-level", "LEVEL", "debug|info|warn|error", "warn");
+  add_wan_options(p);
   if (auto rc = p.parse(argc, argv, 2)) return *rc;
   bool ok = true;
   const auto first_id = static_cast<NodeId>(p.get_u64("id", ok, 0, UINT32_MAX));
@@ -114,6 +115,8 @@ int cmd_counter(int argc, char** argv) {
   const auto timeline_ms = p.get_u64("timeline-ms", ok, 0, 60000);
   const auto spec_window = p.get_u64("spec-window", ok, 1, 64);
   if (!ok) return kExitUsage;
+  WanSpec wan;
+  if (!ok || !get_wan_options(p, wan)) return kExitUsage;
   const std::string lvl = p.get("log-level");
   log_set_level(lvl == "debug" ? LogLevel::kDebug
                 : lvl == "info" ? LogLevel::kInfo
@@ -137,6 +140,7 @@ int cmd_counter(int argc, char** argv) {
     a.window = static_cast<std::uint32_t>(spec_window);
     a.speculate = !p.has("shim");
     a.json = p.has("json");
+    a.wan = wan;
     return run_spec_counter(a);
   }
   ReplicaAddress server;
@@ -147,7 +151,7 @@ int cmd_counter(int argc, char** argv) {
     }
   }
 
-  EventBasePtr base = make_event_base();
+  EventBasePtr base = make_event_base(wan.enabled());
   if (base == nullptr) {
     error("counter", "cannot create an event base");
     return kExitFailure;
@@ -158,13 +162,13 @@ int cmd_counter(int argc, char** argv) {
     std::string err;
     if (norep) {
       std::unique_ptr<DirectClient> c;
-      err = DirectClient::create(base.get(), p.get("config"), id, server, c);
+      err = DirectClient::create(base.get(), p.get("config"), id, server, c, wan);
       clients.push_back(std::move(c));
     } else {
       std::unique_ptr<ClientRuntime> c;
       ClientOptions co;
       co.first_request_id = fresh_first_request_id();
-      err = ClientRuntime::create(base.get(), p.get("config"), id, co, c);
+      err = ClientRuntime::create(base.get(), p.get("config"), id, co, c, wan);
       clients.push_back(std::move(c));
     }
     if (!err.empty()) {

@@ -161,7 +161,7 @@ struct SpecCounterLoop {
 }  // namespace
 
 int run_spec_counter(const SpecCounterArgs& a) {
-  EventBasePtr base = make_event_base();
+  EventBasePtr base = make_event_base(a.wan.enabled());
   if (base == nullptr) {
     error("counter", "cannot create an event base");
     return kExitFailure;
@@ -174,7 +174,8 @@ int run_spec_counter(const SpecCounterArgs& a) {
     so.client.window = a.window;
     so.speculate = a.speculate;
     std::unique_ptr<SpecClientRuntime> c;
-    if (std::string err = SpecClientRuntime::create(base.get(), a.config, a.first_id + static_cast<NodeId>(i), so, c);
+    if (std::string err =
+            SpecClientRuntime::create(base.get(), a.config, a.first_id + static_cast<NodeId>(i), so, c, a.wan);
         !err.empty()) {
       error("counter", err);
       return kExitFailure;

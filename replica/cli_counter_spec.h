@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/types.h"
+#include "replica/wan.h"
 
 namespace bftfs::cli {
 
@@ -20,6 +21,7 @@ struct SpecCounterArgs {
   std::uint32_t window = 64;  // increments in flight per client
   bool speculate = true;      // false: wait for consensus (PBFT through the shim)
   bool json = false;
+  WanSpec wan;  // the emulated wide-area delay (the same spec as the replicas')
 };
 
 // Runs the clients; returns the process exit code.

@@ -47,6 +47,7 @@ int cmd_replica(int argc, char** argv) {
   p.flag("early-replies", "PBFT-CS: as primary, execute requests on receipt and send early speculative replies");
   p.option("corrupt-early-replies", "FRACTION",
            "fault injection: as primary, corrupt this fraction (0..1) of early replies", "0");
+  add_wan_options(p);
   if (auto rc = p.parse(argc, argv, 2)) return *rc;
   bool ok = true;
   ReplicaRuntimeOptions o;
@@ -70,7 +71,7 @@ int cmd_replica(int argc, char** argv) {
   }
   o.corrupt_early_replies_ppm = static_cast<std::uint32_t>(corrupt * 1e6 + 0.5);
   o.handle_signals = true;
-  if (!ok || !set_log_level("replica", p.get("log-level"))) return kExitUsage;
+  if (!ok || !get_wan_options(p, o.transport.wan) || !set_log_level("replica", p.get("log-level"))) return kExitUsage;
   std::unique_ptr<ReplicaRuntime> rt;
   if (std::string err = ReplicaRuntime::create(o, rt); !err.empty()) {
     error("replica", err);
@@ -86,13 +87,14 @@ int cmd_norep(int argc, char** argv) {
               "Runs the unreplicated baseline: one server executing every authenticated request at once and\n"
               "answering with the full result. It authenticates as replica 0 of CONFIG. Without --durable it keeps\n"
               "no log (a restart loses the state); with --durable it group-commits each executed request to a\n"
-              "write-ahead log before replying, like the replicas do.");
+              "write-ahead log before replying, like the replicas do. For WAN emulation the server is at node 0's site.");
   p.option("config", "FILE", "cluster.conf written by keygen").required("config");
   p.option("data", "DATADIR", "data directory (status.json; wal/ with --durable)").required("data");
   p.option("service", "NAME", std::string("service: ") + service_names(), "counter");
   p.option("listen", "HOST:PORT", "address to listen on (default: replica 0's address)");
   p.flag("durable", "log every executed request with group commit before replying");
   p.option("log-level", "LEVEL", "debug|info|warn|error", "info");
+  add_wan_options(p);
   if (auto rc = p.parse(argc, argv, 2)) return *rc;
   NorepOptions o;
   o.config_path = p.get("config");
@@ -106,7 +108,7 @@ int cmd_norep(int argc, char** argv) {
       return kExitUsage;
     }
   }
-  if (!set_log_level("norep", p.get("log-level"))) return kExitUsage;
+  if (!get_wan_options(p, o.transport.wan) || !set_log_level("norep", p.get("log-level"))) return kExitUsage;
   std::unique_ptr<NorepServer> server;
   if (std::string err = NorepServer::create(o, server); !err.empty()) {
     error("norep", err);

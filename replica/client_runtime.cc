@@ -41,36 +41,30 @@ std::string load_client_identity(const std::string& config_path, NodeId id, Clus
 // ---------------------------------------------------------------------------------------------------------
 // ClientRuntime
 
-std::string ClientRuntime::create(event_base* base, const std::string& config_path, NodeId id, ClientOptions options,
-                                  std::unique_ptr<ClientRuntime>& out) {
+// ---------------------------------------------------------------------------------------------------------
+// ClientLink
+
+std::string ClientLink::create(event_base* base, const std::string& config_path, NodeId id, const WanSpec& wan,
+                               Transport::OnMessage on_message, OnTicks on_ticks, std::unique_ptr<ClientLink>& out) {
   out.reset();
   ::signal(SIGPIPE, SIG_IGN);
-  std::unique_ptr<ClientRuntime> c(new ClientRuntime());
+  std::unique_ptr<ClientLink> c(new ClientLink());
   c->id_ = id;
+  c->on_ticks_ = std::move(on_ticks);
   if (std::string err = load_client_identity(config_path, id, c->config_, c->crypto_); !err.empty()) return err;
-  options.n = c->config_.n;
-  BFT_ASSERT(options.first_request_id > kHelloRequestId);
-  options.f = c->config_.f;
-  std::uint64_t seed = 0;
-  if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) seed = clock_ns(CLOCK_MONOTONIC) ^ id;
-  c->core_ = std::make_unique<Client>(options, id, *c->crypto_, seed);
-  ClientRuntime* raw = c.get();
   TransportOptions to;
   to.send_hello = true;
-  c->transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to,
-                                              [raw](NodeId from, Message&& m) {
-                                                raw->core_->on_message(from, m);
-                                                raw->drain();
-                                              });
+  to.wan = wan;
+  c->transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to, std::move(on_message));
   for (NodeId r = 0; r < c->config_.n; ++r) {
     if (std::string err = c->transport_->connect(r, c->config_.replicas[r]); !err.empty()) return err;
   }
+  ClientLink* raw = c.get();
   c->tick_ev_.reset(event_new(
-      base, -1, EV_PERSIST,
-      [](int, short, void* a) { static_cast<ClientRuntime*>(a)->on_tick(); }, raw));
+      base, -1, EV_PERSIST, [](int, short, void* a) { static_cast<ClientLink*>(a)->on_timer(); }, raw));
   BFT_ASSERT(c->tick_ev_ != nullptr);
   event_priority_set(c->tick_ev_.get(), kPriorityIo);
-  // The core counts 1 ms ticks; on_tick() delivers every elapsed one, so the timer itself may be coarser.
+  // The core counts 1 ms ticks; on_timer() delivers every elapsed one, so the timer itself may be coarser.
   // 5 ms keeps retransmission timing (100 ms and up) accurate while a process running many clients (the
   // closed-loop benchmark) does not wake up 1000 times a second per client.
   const timeval tick{0, 5000};
@@ -80,21 +74,61 @@ std::string ClientRuntime::create(event_base* base, const std::string& config_pa
   return "";
 }
 
-ClientRuntime::~ClientRuntime() {
+ClientLink::~ClientLink() {
   tick_ev_.reset();
   transport_.reset();
 }
 
+std::uint64_t ClientLink::seed() const {
+  std::uint64_t seed = 0;
+  if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) seed = clock_ns(CLOCK_MONOTONIC) ^ id_;
+  return seed;
+}
+
 // One core tick per elapsed millisecond even when the timer fires late (as ReplicaRuntime does), so the
 // retransmission timeout means what ClientOptions says.
-void ClientRuntime::on_tick() {
+void ClientLink::on_timer() {
   const std::uint64_t now = clock_ns(CLOCK_MONOTONIC);
-  std::uint64_t due = (now - last_tick_ns_) / 1000000ull;
+  const std::uint64_t due = (now - last_tick_ns_) / 1000000ull;
   if (due == 0) return;
   last_tick_ns_ += due * 1000000ull;
-  due = std::min<std::uint64_t>(due, 100);
-  for (std::uint64_t i = 0; i < due; ++i) core_->on_tick();
-  drain();
+  on_ticks_(std::min<std::uint64_t>(due, 100));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// ClientRuntime
+
+std::string ClientRuntime::create(event_base* base, const std::string& config_path, NodeId id, ClientOptions options,
+                                  std::unique_ptr<ClientRuntime>& out, const WanSpec& wan) {
+  out.reset();
+  std::unique_ptr<ClientRuntime> c(new ClientRuntime());
+  ClientRuntime* raw = c.get();
+  if (std::string err = ClientLink::create(
+          base, config_path, id, wan,
+          [raw](NodeId from, Message&& m) {
+            raw->core_->on_message(from, m);
+            raw->drain();
+          },
+          [raw](std::uint64_t due) {
+            for (std::uint64_t i = 0; i < due; ++i) raw->core_->on_tick();
+            raw->drain();
+          },
+          c->link_);
+      !err.empty()) {
+    return err;
+  }
+  options.n = c->link_->config().n;
+  options.f = c->link_->config().f;
+  BFT_ASSERT(options.first_request_id > kHelloRequestId);
+  c->core_ = std::make_unique<Client>(options, id, c->link_->crypto(), c->link_->seed());
+  out = std::move(c);
+  return "";
+}
+
+// Nothing runs between the two resets (the loop is single-threaded), so no callback can reach the gone core.
+ClientRuntime::~ClientRuntime() {
+  core_.reset();
+  link_.reset();
 }
 
 void ClientRuntime::drain() {
@@ -112,7 +146,7 @@ void ClientRuntime::drain() {
     core_->take_first_replies();  // a non-speculating client waits for the certificate only
     Effects e = core_->take_effects();
     BFT_ASSERT(e.persist.empty());  // a client persists nothing
-    for (const auto& s : e.sends) transport_->send(s);
+    for (const auto& s : e.sends) link_->transport().send(s);
     if (done.empty() && e.sends.empty()) break;
   }
   draining_ = false;
@@ -133,7 +167,7 @@ const ClientStats& ClientRuntime::stats() const { return core_->stats(); }
 // DirectClient
 
 std::string DirectClient::create(event_base* base, const std::string& config_path, NodeId id,
-                                 const ReplicaAddress& server, std::unique_ptr<DirectClient>& out) {
+                                 const ReplicaAddress& server, std::unique_ptr<DirectClient>& out, const WanSpec& wan) {
   out.reset();
   ::signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<DirectClient> c(new DirectClient());
@@ -143,6 +177,7 @@ std::string DirectClient::create(event_base* base, const std::string& config_pat
   DirectClient* raw = c.get();
   TransportOptions to;
   to.send_hello = true;
+  to.wan = wan;
   c->transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to,
                                               [raw](NodeId from, Message&& m) { raw->on_message(from, std::move(m)); });
   const ReplicaAddress addr = server.host.empty() ? c->config_.replicas[0] : server;

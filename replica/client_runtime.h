@@ -40,31 +40,61 @@ std::uint64_t fresh_first_request_id();
 [[nodiscard]] std::string load_client_identity(const std::string& config_path, NodeId id, ClusterConfig& config,
                                                std::unique_ptr<Crypto>& crypto);
 
+// What every replicated-client runtime needs below its protocol core: the client's identity, a transport to
+// every replica (with the emulated WAN delay, if any), and a timer that hands the core every elapsed 1 ms tick
+// even when it fires late. ClientRuntime (PBFT) and SpecClientRuntime (PBFT-CS) are built on it.
+class ClientLink {
+ public:
+  using OnTicks = std::function<void(std::uint64_t due_ticks)>;
+  // `on_message` and `on_ticks` run on `base`'s loop (never during create). `base` must outlive the link.
+  [[nodiscard]] static std::string create(event_base* base, const std::string& config_path, NodeId id,
+                                          const WanSpec& wan, Transport::OnMessage on_message, OnTicks on_ticks,
+                                          std::unique_ptr<ClientLink>& out);
+  ~ClientLink();
+  ClientLink(const ClientLink&) = delete;
+  ClientLink& operator=(const ClientLink&) = delete;
+
+  NodeId id() const { return id_; }
+  const ClusterConfig& config() const { return config_; }
+  const Crypto& crypto() const { return *crypto_; }
+  Transport& transport() { return *transport_; }
+  // A seed for the core's PRNG (retransmission jitter): from getrandom, else the clock and the id.
+  std::uint64_t seed() const;
+
+ private:
+  ClientLink() = default;
+  void on_timer();
+  NodeId id_ = 0;
+  ClusterConfig config_;
+  std::unique_ptr<Crypto> crypto_;
+  std::unique_ptr<Transport> transport_;
+  EventPtr tick_ev_;
+  std::uint64_t last_tick_ns_ = 0;
+  OnTicks on_ticks_;
+};
+
 class ClientRuntime final : public SubmitClient {
  public:
-  // `options.n`/`f` are taken from the configuration. `base` must outlive the client.
+  // `options.n`/`f` are taken from the configuration. `base` must outlive the client. `wan` is the emulated
+  // wide-area delay (replica/wan.h), the same spec every process of the run has; with it on, `base` should
+  // come from make_event_base(true).
   [[nodiscard]] static std::string create(event_base* base, const std::string& config_path, NodeId id,
-                                          ClientOptions options, std::unique_ptr<ClientRuntime>& out);
+                                          ClientOptions options, std::unique_ptr<ClientRuntime>& out,
+                                          const WanSpec& wan = {});
   ~ClientRuntime() override;
 
   std::uint64_t submit(Bytes op, bool read_only, Callback done) override;
   std::size_t in_flight() const override;
-  NodeId id() const override { return id_; }
+  NodeId id() const override { return link_->id(); }
   std::uint64_t retransmissions() const override;
   const ClientStats& stats() const;
-  const TransportStats& transport_stats() const { return transport_->stats(); }
+  const TransportStats& transport_stats() const { return link_->transport().stats(); }
 
  private:
   ClientRuntime() = default;
   void drain();
-  void on_tick();
-  NodeId id_ = 0;
-  std::uint64_t last_tick_ns_ = 0;
-  ClusterConfig config_;
-  std::unique_ptr<Crypto> crypto_;
-  std::unique_ptr<Client> core_;
-  std::unique_ptr<Transport> transport_;
-  EventPtr tick_ev_;
+  std::unique_ptr<Client> core_;  // refers to link_'s crypto: the destructor destroys it first
+  std::unique_ptr<ClientLink> link_;
   std::map<std::uint64_t, Callback> callbacks_;
   bool draining_ = false;
 };
@@ -72,9 +102,10 @@ class ClientRuntime final : public SubmitClient {
 class DirectClient final : public SubmitClient {
  public:
   // Talks to the NO-REP server, which authenticates as replica 0, at `server` (empty host: replica 0's
-  // configured address).
+  // configured address). `wan` as for ClientRuntime::create; the server is at node 0's site.
   [[nodiscard]] static std::string create(event_base* base, const std::string& config_path, NodeId id,
-                                          const ReplicaAddress& server, std::unique_ptr<DirectClient>& out);
+                                          const ReplicaAddress& server, std::unique_ptr<DirectClient>& out,
+                                          const WanSpec& wan = {});
   ~DirectClient() override;
 
   std::uint64_t submit(Bytes op, bool read_only, Callback done) override;

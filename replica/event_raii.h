@@ -19,6 +19,9 @@ struct EventDeleter {
 struct BufferEventDeleter {
   void operator()(bufferevent* b) const { bufferevent_free(b); }  // closes the socket (BEV_OPT_CLOSE_ON_FREE)
 };
+struct EventConfigDeleter {
+  void operator()(event_config* c) const { event_config_free(c); }
+};
 struct ListenerDeleter {
   void operator()(evconnlistener* l) const { evconnlistener_free(l); }
 };
@@ -27,6 +30,7 @@ using EventBasePtr = std::unique_ptr<event_base, EventBaseDeleter>;
 using EventPtr = std::unique_ptr<event, EventDeleter>;
 using BufferEventPtr = std::unique_ptr<bufferevent, BufferEventDeleter>;
 using ListenerPtr = std::unique_ptr<evconnlistener, ListenerDeleter>;
+using EventConfigPtr = std::unique_ptr<event_config, EventConfigDeleter>;
 
 // Event priorities of every runtime's event_base (event_base_priority_init(base, kPriorityCount)). libevent
 // runs only the most urgent non-empty priority per loop iteration, so work at kPriorityLate (freeing closed
@@ -38,6 +42,13 @@ inline constexpr int kPriorityLate = 1;
 inline constexpr int kPriorityCount = 2;
 
 // A base with the priorities above. Returns null on failure (out of memory or no backend).
-EventBasePtr make_event_base();
+//
+// Timer precision. By default libevent reads CLOCK_MONOTONIC_COARSE (one jiffy, 4 ms on this kernel) and
+// rounds epoll timeouts up to whole milliseconds, which is fine for ticks and retransmissions but not for
+// emulating a 2.5 ms wide-area delay (replica/wan.h). `precise_timer` sets EVENT_BASE_FLAG_PRECISE_TIMER:
+// libevent then reads CLOCK_MONOTONIC and waits on a timerfd with nanosecond resolution, at the cost of one
+// timerfd_settime per loop pass. The runtimes ask for it only when WAN emulation is on, so LAN runs keep the
+// loop exactly as it was.
+EventBasePtr make_event_base(bool precise_timer = false);
 
 }  // namespace bftfs

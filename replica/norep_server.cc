@@ -154,7 +154,10 @@ struct NorepServer::Impl {
     net.add("frames_received", ts.frames_received)
         .add("frames_sent", ts.frames_sent)
         .add("frames_rejected", ts.frames_rejected)
-        .add("connections", static_cast<std::uint64_t>(transport->connection_count()));
+        .add("connections", static_cast<std::uint64_t>(transport->connection_count()))
+        .add("wan", options.transport.wan.describe())
+        .add("frames_delayed", ts.frames_delayed)
+        .add("delay_dropped", ts.delay_dropped);
     JsonObject o;
     o.add("role", "norep")
         .add("id", static_cast<std::uint64_t>(kServerId))
@@ -210,7 +213,7 @@ std::string NorepServer::create(const NorepOptions& options, std::unique_ptr<Nor
     if (std::string err = m.replay(records); !err.empty()) return err;
     LOG_INFO("norep", "replayed %zu requests from the log", records.size());
   }
-  m.base = make_event_base();
+  m.base = make_event_base(options.transport.wan.enabled());
   if (m.base == nullptr) return "cannot create an event base";
   m.stopper = std::make_unique<LoopStop>(m.base.get());
   if (options.handle_signals) m.stopper->handle_signals();
@@ -224,6 +227,10 @@ std::string NorepServer::create(const NorepOptions& options, std::unique_ptr<Nor
   BFT_ASSERT(m.status_ev);
   LOG_INFO("norep", "NO-REP server (service %s, %s) listening on %s:%u", options.service.c_str(),
            options.durable ? "durable: group-committed log" : "not durable", listen.host.c_str(), listen.port);
+  if (options.transport.wan.enabled()) {
+    LOG_INFO("norep", "WAN emulation: %s; the server is at site %u (node 0's)",
+             options.transport.wan.describe().c_str(), options.transport.wan.site(kServerId));
+  }
   out.reset(new NorepServer(std::move(impl)));
   return "";
 }

@@ -25,7 +25,7 @@ struct NorepOptions {
   ReplicaAddress listen;          // empty host: replica 0's configured address
   bool durable = false;
   WalOptions wal;
-  TransportOptions transport;
+  TransportOptions transport;     // transport.wan: the server is at node 0's site (it authenticates as 0)
   std::uint32_t status_interval_ms = 500;
   bool handle_signals = false;
 };

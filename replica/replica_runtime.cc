@@ -182,7 +182,10 @@ struct ReplicaRuntime::Impl {
         .add("parked_delivered", ts.parked_delivered)
         .add("parked_expired", ts.parked_expired)
         .add("direct_writes", ts.direct_writes)
-        .add("corked_frames", ts.corked_frames);
+        .add("corked_frames", ts.corked_frames)
+        .add("wan", options.transport.wan.describe())
+        .add("frames_delayed", ts.frames_delayed)
+        .add("delay_dropped", ts.delay_dropped);
     JsonObject log;
     log.add("wal_records", ws.records_appended)
         .add("wal_bytes", ws.bytes_appended)
@@ -258,7 +261,7 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
   std::vector<PersistRecord> records;
   if (std::string err = Wal::open(options.data_dir + "/wal", options.wal, m.wal, records); !err.empty()) return err;
 
-  m.base = make_event_base();
+  m.base = make_event_base(options.transport.wan.enabled());
   if (m.base == nullptr) return "cannot create an event base";
   m.stopper = std::make_unique<LoopStop>(m.base.get());
   if (options.handle_signals) m.stopper->handle_signals();
@@ -312,6 +315,10 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
       raw));
   BFT_ASSERT(m.tick_ev && m.status_ev);
 
+  if (options.transport.wan.enabled()) {
+    LOG_INFO(m.ctx, "WAN emulation: %s; this replica is at site %u", options.transport.wan.describe().c_str(),
+             options.transport.wan.site(options.id));
+  }
   LOG_INFO(m.ctx, "recovering from %zu log records (service %s)", records.size(), options.service.c_str());
   m.replica->recover(records);
   if (options.check_invariants) m.replica->check_invariants();

@@ -39,7 +39,7 @@ struct ReplicaRuntimeOptions {
   std::uint32_t corrupt_early_replies_ppm = 0;
   ReplicaOptions core;          // n and f are overwritten from the configuration
   WalOptions wal;
-  TransportOptions transport;
+  TransportOptions transport;    // transport.wan on: the event base gets precise timers (make_event_base)
   std::uint32_t tick_ms = 1;
   std::uint32_t status_interval_ms = 500;
   bool check_invariants = false;  // after every core call (tests; costs CPU)

@@ -11,10 +11,9 @@
 #include <span>
 #include <string>
 
-#include "common/config.h"
 #include "relay/spec_client.h"
-#include "replica/event_raii.h"
-#include "replica/transport.h"
+#include "replica/client_runtime.h"
+#include "replica/wan.h"
 
 namespace bftfs {
 
@@ -23,9 +22,11 @@ class SpecClientRuntime {
   // Called for every event of one operation: at most one kFirst, then exactly one kCommit or kRollback.
   using Callback = std::function<void(const SpecEvent&)>;
 
-  // `options.client.n`/`f` are taken from the configuration. `base` must outlive the client.
+  // `options.client.n`/`f` are taken from the configuration. `base` must outlive the client. `wan` as for
+  // ClientRuntime::create.
   [[nodiscard]] static std::string create(event_base* base, const std::string& config_path, NodeId id,
-                                          SpecClientOptions options, std::unique_ptr<SpecClientRuntime>& out);
+                                          SpecClientOptions options, std::unique_ptr<SpecClientRuntime>& out,
+                                          const WanSpec& wan = {});
   ~SpecClientRuntime();
   SpecClientRuntime(const SpecClientRuntime&) = delete;
   SpecClientRuntime& operator=(const SpecClientRuntime&) = delete;
@@ -33,7 +34,7 @@ class SpecClientRuntime {
   // See SpecClient::submit for the preconditions on `depends_on`. The callback may submit.
   std::uint64_t submit(Bytes op, std::span<const SpecDependency> depends_on, bool read_only, Callback cb);
   std::size_t in_flight() const { return core_->in_flight(); }
-  NodeId id() const { return id_; }
+  NodeId id() const { return link_->id(); }
   const SpecClientStats& stats() const { return core_->stats(); }
   const ClientStats& client_stats() const { return core_->client_stats(); }
   bool trusts(NodeId replica) const { return core_->trusts(replica); }
@@ -41,14 +42,8 @@ class SpecClientRuntime {
  private:
   SpecClientRuntime() = default;
   void drain();
-  void on_tick();
-  NodeId id_ = 0;
-  std::uint64_t last_tick_ns_ = 0;
-  ClusterConfig config_;
-  std::unique_ptr<Crypto> crypto_;
-  std::unique_ptr<SpecClient> core_;
-  std::unique_ptr<Transport> transport_;
-  EventPtr tick_ev_;
+  std::unique_ptr<SpecClient> core_;  // refers to link_'s crypto: the destructor destroys it first
+  std::unique_ptr<ClientLink> link_;
   std::map<std::uint64_t, Callback> callbacks_;
   bool draining_ = false;
 };

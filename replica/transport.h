@@ -27,6 +27,18 @@
 // Output is capped per connection (output_bytes_max): a peer that does not read is disconnected rather than
 // allowed to grow our memory; what was queued for it is lost, which the protocol's retransmission tolerates.
 //
+// WAN emulation (replica/wan.h, options.wan): a frame for a node at another site is not written at once but
+// held in that node's delay link, a FIFO, and handed to the code above (connection, parking, drop) once its
+// send time plus the delay has passed; each link has its own timer armed for its oldest frame. Only the sender
+// delays, so each direction of a round trip is delayed once. A link releases frames in the order they were
+// sent and never before they are due (the timer re-arms if libevent wakes it early); frames that fall due
+// together leave in one write. The links together hold at most delay_frames_max frames and delay_bytes_max
+// bytes: past that a frame is dropped and counted, like a congested router's buffer, and the protocol's
+// retransmission copes. Same-site frames, and every frame when the delay is 0, take the direct path, which
+// costs one extra branch. Connection set-up (TCP handshake, a client's hello) is not delayed. Frames still in
+// a link when the transport is destroyed are lost, like packets in flight. The event_base should have precise
+// timers (make_event_base(true)) or a 2.5 ms delay is rounded to the clock's 4 ms jiffy.
+//
 // Threading: one Transport belongs to one event_base and is used only from that base's thread.
 #pragma once
 
@@ -46,6 +58,7 @@
 #include "protocol/effects.h"
 #include "protocol/wire.h"
 #include "replica/event_raii.h"
+#include "replica/wan.h"
 
 namespace bftfs {
 
@@ -60,6 +73,9 @@ struct TransportOptions {
   std::uint32_t park_ms = 1000;
   std::uint32_t park_frames_max = 64;
   std::size_t park_bytes_max = 16u << 20;
+  WanSpec wan;                                  // emulated wide-area delay (see WAN emulation); LAN by default
+  std::uint32_t delay_frames_max = 1u << 16;    // frames held in all delay links together
+  std::size_t delay_bytes_max = (64u << 20) + kFrameBytesMax;  // bytes held in all delay links; above one frame
 };
 
 inline constexpr std::uint64_t kHelloRequestId = 0;
@@ -86,6 +102,8 @@ struct TransportStats {
   std::uint64_t parked_expired = 0;       // dropped: the node did not connect in time, or over the caps
   std::uint64_t direct_writes = 0;        // send() calls straight to the socket (nothing was queued)
   std::uint64_t corked_frames = 0;        // frames that shared a send() with others of the same flush
+  std::uint64_t frames_delayed = 0;       // held in a delay link (WAN emulation)
+  std::uint64_t delay_dropped = 0;        // dropped: the delay links were full
   std::array<std::uint64_t, 32> rejects_by_reason{};  // index = static_cast<int>(Reject)
 };
 
@@ -110,7 +128,10 @@ class Transport {
   [[nodiscard]] std::string connect(NodeId peer, const ReplicaAddress& address);
 
   // Sends one encoded frame to `to`: over the outgoing connection to `to` if there is one, else over the
-  // connection `to` last authenticated itself on. Returns false if there is none (counted, dropped).
+  // connection `to` last authenticated itself on. Returns false if there is none (counted, dropped). A frame
+  // for another site (WAN emulation) goes through `to`'s delay link first: then the result is true if the
+  // frame was queued, false if the links were full (counted, dropped), and what happens at release time is
+  // counted in the stats as above.
   bool send_frame(NodeId to, const std::uint8_t* data, std::size_t size);
   // Encodes and sends one Send of the core: a broadcast (kAllReplicas) encodes the body once and seals it per
   // receiver; other sends are encoded for their one receiver.
@@ -144,6 +165,12 @@ class Transport {
   void start_connect(Peer& p);
   void schedule_reconnect(Peer& p);
   bool write_now(Conn* c, const std::uint8_t* data, std::size_t size);
+  bool send_undelayed(NodeId to, const std::uint8_t* data, std::size_t size);
+  bool delay_frame(NodeId to, const std::uint8_t* data, std::size_t size);
+  struct DelayLink;
+  static void on_delay_timer(int fd, short what, void* arg);
+  void release_due(DelayLink& link);
+  void arm_delay_timer(DelayLink& link, std::uint64_t in_ns);
 
   event_base* base_;
   std::uint32_t n_;
@@ -169,6 +196,13 @@ class Transport {
   bool corked_ = false;
   std::vector<std::uint64_t> corked_conns_;
   std::uint32_t incoming_ = 0;
+  // WAN emulation: the delay to every node at another site (0: off), this node's site, and one link per node
+  // that frames were delayed for.
+  std::uint64_t wan_delay_ns_ = 0;
+  std::uint32_t self_site_ = 0;
+  std::map<NodeId, std::unique_ptr<DelayLink>> delay_links_;
+  std::size_t delayed_frames_ = 0;
+  std::size_t delayed_bytes_ = 0;
   TransportStats stats_;
 };
 
