@@ -30,6 +30,8 @@ struct Client::Impl {
     bool read_only = false;       // current mode (false after a fallback)
     bool sent = false;
     std::uint32_t timeout_ticks = 0;
+    std::uint64_t sent_tick = 0;
+    bool retransmitted = false;  // Karn's rule: its latency says nothing about the network
     std::uint64_t deadline = 0;
     // The latest reply of each replica, without its result bytes; speculative replies are not recorded here
     // (they do not vote; PBFT-CS only speculates on them).
@@ -50,6 +52,8 @@ struct Client::Impl {
 
   std::uint64_t now = 0;
   std::uint64_t next_id;
+  std::int64_t srtt8 = 0;    // smoothed certificate latency of ordered requests, eighths of a tick (0: none yet)
+  std::int64_t rttvar8 = 0;  // its mean deviation, eighths of a tick
   std::uint64_t view = 0;
   NodeId read_only_replier = 0;  // rotates so that no one replica serves every full read-only result
 
@@ -84,8 +88,9 @@ struct Client::Impl {
     p.sent = true;
     ++sent_count;
     if (p.request.authenticator.empty()) authenticate(p.request);
-    p.timeout_ticks = opt.retransmit_ticks;
+    p.timeout_ticks = first_timeout();
     p.deadline = deadline_after(p.timeout_ticks);
+    p.sent_tick = now;
     if (p.read_only) {
       // §5.1.3: read-only requests go straight to every replica; one of them returns the full result.
       if (opt.use_reply_digests) {
@@ -144,6 +149,7 @@ struct Client::Impl {
     ++stats.retransmissions;
     p.timeout_ticks = std::min(opt.retransmit_ticks_max, p.timeout_ticks * 2);
     p.deadline = deadline_after(p.timeout_ticks);
+    p.retransmitted = true;
   }
 
   // §5.1.3: a read-only request without a 2f+1 certificate is re-issued as an ordered request. It needs a new
@@ -173,10 +179,31 @@ struct Client::Impl {
     pump();
   }
 
+  // RFC 6298's estimator in eighths of a tick: srtt += (sample - srtt) / 8, rttvar += (|err| - rttvar) / 4.
+  void sample_latency(std::uint64_t ticks) {
+    const std::int64_t sample8 = static_cast<std::int64_t>(std::min<std::uint64_t>(ticks, 1u << 20)) * 8;
+    if (srtt8 == 0) {
+      srtt8 = sample8;
+      rttvar8 = sample8 / 2;
+      return;
+    }
+    const std::int64_t err = sample8 - srtt8;
+    srtt8 += err / 8;
+    rttvar8 += ((err < 0 ? -err : err) - rttvar8) / 4;
+  }
+
+  std::uint32_t first_timeout() const {
+    const std::int64_t rto = (srtt8 + 4 * rttvar8) / 8;
+    const std::int64_t lo = opt.retransmit_ticks;
+    const std::int64_t hi = opt.retransmit_ticks_max;
+    return static_cast<std::uint32_t>(std::clamp(rto, lo, hi));
+  }
+
   void complete(std::uint64_t id, std::uint64_t cert_view, Bytes result) {
     auto it = requests.find(id);
     BFT_ASSERT(it != requests.end());
     const Pending& p = it->second;
+    if (!p.retransmitted && !p.read_only) sample_latency(now - p.sent_tick);
     completions.push_back(Completion{p.caller_id, std::move(result), cert_view, p.read_only, id});
     // At least one correct replica vouches for cert_view (see check()), so the system has reached it: send
     // the next requests to its primary.

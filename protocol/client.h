@@ -31,7 +31,11 @@ struct ClientOptions {
   std::uint32_t n = 4;
   std::uint32_t f = 1;
   std::uint32_t window = 64;                    // requests in flight; must not exceed the replicas' client_window
-  std::uint32_t retransmit_ticks = 100;         // first retransmission timeout; doubles up to the max
+  // First retransmission timeout, doubled on every retransmission up to the max. The first timeout also adapts
+  // to the latency the client measures (smoothed latency + 4 deviations, as TCP's RTO, RFC 6298), never below
+  // retransmit_ticks: over a wide-area link the certificate takes several delays, and a retransmission goes
+  // to every replica and starts the backups' view-change timers, so it must not fire while agreement is just slow.
+  std::uint32_t retransmit_ticks = 100;
   std::uint32_t retransmit_ticks_max = 2000;
   std::uint64_t first_request_id = 1;          // must exceed every id this client used before (use wall time)
   bool use_reply_digests = true;               // designate one replier per request
