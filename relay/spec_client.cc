@@ -47,11 +47,11 @@ struct SpecClient::Impl {
   std::vector<std::deque<bool>> outcomes;
   std::vector<std::uint32_t> failures;
 
+  // §3.4: "more than 1% of its last n early replies": the rate is taken over n even before n replies were
+  // seen, so one early failure does not stop speculation (with n = 100 it takes two failures in a row of 100).
   bool trusts(NodeId r) const {
     BFT_ASSERT(r < outcomes.size());
-    const std::deque<bool>& o = outcomes[r];
-    if (o.empty()) return true;
-    return std::uint64_t{failures[r]} * 1000 <= std::uint64_t{opt.failure_permille_max} * o.size();
+    return std::uint64_t{failures[r]} * 1000 <= std::uint64_t{opt.failure_permille_max} * opt.failure_window;
   }
 
   void record_outcome(NodeId r, bool matched) {

@@ -48,7 +48,8 @@ namespace bftfs {
 struct SpecClientOptions {
   ClientOptions client;
   bool speculate = true;                   // deliver first replies at all (false: a plain PBFT client over the shim)
-  std::uint32_t failure_window = 100;      // n of §3.4: the last n first replies of each replica
+  std::uint32_t failure_window = 100;      // n of §3.4: the last n first replies of each replica (0: never
+                                           // stop speculating, for measuring what failures cost)
   std::uint32_t failure_permille_max = 10; // 1%: above this failure rate a replica's first replies are not used
 };
 

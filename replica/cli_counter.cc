@@ -99,6 +99,8 @@ int cmd_counter(int argc, char** argv) {
          "--shim and --early-replies)");
   p.flag("shim", "with --spec: do not speculate (wait for consensus) but still talk to --shim replicas");
   p.option("spec-window", "W", "with --spec: increments in flight per client (PBFT-CS(W))", "64");
+  p.option("spec-failure-window", "N", "with --spec: stop speculating on a replica while more than 1% of its last N "
+           "first replies failed (0: never stop)", "100");
   p.flag("json", "print one JSON object instead of text");
   p.option("log-level", "LEVEL", "debug|info|warn|error", "warn");
   add_wan_options(p);
@@ -114,6 +116,7 @@ int cmd_counter(int argc, char** argv) {
   const double timeout_s = p.get_double("timeout-s", ok);
   const auto timeline_ms = p.get_u64("timeline-ms", ok, 0, 60000);
   const auto spec_window = p.get_u64("spec-window", ok, 1, 64);
+  const auto spec_failure_window = p.get_u64("spec-failure-window", ok, 0, 100000);
   if (!ok) return kExitUsage;
   WanSpec wan;
   if (!ok || !get_wan_options(p, wan)) return kExitUsage;
@@ -139,6 +142,7 @@ int cmd_counter(int argc, char** argv) {
     a.timeout_s = timeout_s;
     a.window = static_cast<std::uint32_t>(spec_window);
     a.speculate = !p.has("shim");
+    a.failure_window = static_cast<std::uint32_t>(spec_failure_window);
     a.json = p.has("json");
     a.wan = wan;
     return run_spec_counter(a);

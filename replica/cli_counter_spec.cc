@@ -173,6 +173,7 @@ int run_spec_counter(const SpecCounterArgs& a) {
     so.client.first_request_id = fresh_first_request_id();
     so.client.window = a.window;
     so.speculate = a.speculate;
+    so.failure_window = a.failure_window;
     std::unique_ptr<SpecClientRuntime> c;
     if (std::string err =
             SpecClientRuntime::create(base.get(), a.config, a.first_id + static_cast<NodeId>(i), so, c, a.wan);

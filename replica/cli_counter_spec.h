@@ -20,6 +20,7 @@ struct SpecCounterArgs {
   double timeout_s = 20;
   std::uint32_t window = 64;  // increments in flight per client
   bool speculate = true;      // false: wait for consensus (PBFT through the shim)
+  std::uint32_t failure_window = 100;  // §3.4's n; 0: never stop speculating on a failing primary
   bool json = false;
   WanSpec wan;  // the emulated wide-area delay (the same spec as the replicas')
 };
