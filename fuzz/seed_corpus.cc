@@ -10,6 +10,7 @@
 #include "fuzz/fuzz_common.h"
 #include "fuzz/samples.h"
 #include "protocol/wire.h"
+#include "shim/envelope.h"
 
 namespace {
 
@@ -97,6 +98,18 @@ int main(int argc, char** argv) {
   out.add("fuzz_config", format_cluster(config_for(1, 0)));
   out.add("fuzz_config", format_cluster(config_for(1, 3)));
   out.add("fuzz_config", format_cluster(config_for(2, 1)));
+  // Shim envelopes: no dependencies, a few, the most allowed; and each result status.
+  for (std::size_t deps : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{shim::kDependenciesMax}}) {
+    std::vector<shim::Dependency> list;
+    for (std::size_t i = 0; i < deps; ++i) {
+      Digest d;
+      d.bytes.fill(static_cast<std::uint8_t>(i + 1));
+      list.push_back(shim::Dependency{i + 1, d});
+    }
+    out.add("fuzz_shim_envelope", shim::encode_request(list, Bytes{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  }
+  out.add("fuzz_shim_envelope", shim::encode_result(shim::ShimStatus::kExecuted, Bytes(17, 7)));
+  out.add("fuzz_shim_envelope", shim::encode_result(shim::ShimStatus::kRetryPredicateFailed, {}));
   std::printf("fuzz_seed_corpus: wrote %zu seeds under %s\n", out.total(), argv[1]);
   return 0;
 }

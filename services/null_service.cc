@@ -35,14 +35,14 @@ bool decode_count(std::span<const std::uint8_t> data, std::uint64_t& count) {
 bool result_size_of(std::span<const std::uint8_t> op, std::uint32_t& size) {
   Reader r(op);
   if (!r.u32(size)) return false;
-  return size <= kResultBytesMax;
+  return size <= kNullResultBytesMax;
 }
 
 }  // namespace
 
 Bytes null_op(std::uint32_t arg_bytes, std::uint32_t result_bytes) {
   BFT_ASSERT(arg_bytes <= kOpBytesMax);
-  BFT_ASSERT(result_bytes <= kResultBytesMax);
+  BFT_ASSERT(result_bytes <= kNullResultBytesMax);
   Bytes op;
   put_u32(op, result_bytes);
   // An argument smaller than the size field still carries the size field: the op is never shorter than 4.

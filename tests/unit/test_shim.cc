@@ -9,6 +9,7 @@
 
 #include "common/codec.h"
 #include "common/crypto.h"
+#include "common/log.h"
 #include "common/prng.h"
 #include "services/counter_service.h"
 #include "services/null_service.h"
@@ -229,6 +230,18 @@ struct SpecClient {
 };
 
 Digest wrong_digest() { return digest_with(0x5A); }
+
+// Silences the WARN lines a test provokes on purpose (rejected installs); an ERROR would still show.
+class ExpectWarnings {
+ public:
+  ExpectWarnings() : level_(log_level()) { log_set_level(LogLevel::kError); }
+  ~ExpectWarnings() { log_set_level(level_); }
+  ExpectWarnings(const ExpectWarnings&) = delete;
+  ExpectWarnings& operator=(const ExpectWarnings&) = delete;
+
+ private:
+  LogLevel level_;
+};
 
 // Every logged entry of `clients` for ids 1..max_rid: the observable log, for comparing states.
 std::map<std::pair<NodeId, std::uint64_t>, Digest> dump(const Shim& s, std::vector<NodeId> clients,
@@ -564,6 +577,8 @@ TEST_CASE("shim install of only the differing partitions starts from the newest 
 }
 
 TEST_CASE("shim install of bad shim partitions is rejected and leaves shim and counter unchanged", "[shim]") {
+  const ExpectWarnings quiet;
+  const std::uint64_t errors = log_error_count();
   MemorySnapshotStore store;
   Rig source;
   SpecClient(5).increment(source.shim, 1);
@@ -638,6 +653,7 @@ TEST_CASE("shim install of bad shim partitions is rejected and leaves shim and c
   Rig restarted(&store);
   CHECK(restarted.shim.recovered_checkpoint().seq == 1);
   CHECK(restarted.shim.recovered_checkpoint().digest == before.digest);
+  CHECK(log_error_count() == errors);
 }
 
 TEST_CASE("shim recovered_checkpoint after a restart equals the checkpoint id, log included", "[shim]") {
@@ -795,4 +811,22 @@ TEST_CASE("shim over the null service: any inner service with its own partition 
   CHECK(res.inner == Bytes(3, 0));
   const CheckpointId id = s.checkpoint(1);
   CHECK(id.digest == s.checkpoint_tree(1).root());
+}
+
+TEST_CASE("shim over the null service: a client asking for the largest result never trips the shim", "[shim]") {
+  // The wire allows a result of kResultBytesMax; the shim adds a status byte. The null service caps what a
+  // client may ask for below that (kNullResultBytesMax), so the wrapped result always fits.
+  NullService null(nullptr);
+  Shim s(null, nullptr);
+  Bytes too_big;
+  ByteWriter w(too_big);
+  w.u32(kResultBytesMax);
+  const Bytes out = s.execute(ExecContext{1, 5, 1, 0}, encode_request({}, too_big));
+  ShimResult res;
+  REQUIRE(decode_result(out, res));
+  CHECK(res.status == ShimStatus::kExecuted);
+  CHECK(res.inner.empty());  // the null service's answer to a malformed op
+  const Bytes largest = s.execute(ExecContext{2, 5, 2, 0}, encode_request({}, null_op(8, kNullResultBytesMax)));
+  CHECK(largest.size() == kNullResultBytesMax + kResultHeaderBytes);
+  CHECK(largest.size() <= kResultBytesMax);
 }
