@@ -41,6 +41,7 @@ struct SpecClient::Impl {
   std::map<std::uint64_t, Op> ops;  // submitted, final event not yet taken by the caller
   std::uint64_t highest_id = 0;      // ids above this were never issued
   std::size_t in_flight = 0;
+  std::size_t ordered_in_flight = 0;  // not read-only, final event not produced
   std::vector<SpecEvent> events;
   SpecClientStats stats;
   // §3.4: per replica, whether each of its last `failure_window` first replies matched the consensus.
@@ -96,7 +97,12 @@ struct SpecClient::Impl {
     std::vector<shim::Dependency> wire;
     wire.reserve(predicates.size());
     for (const auto& [id, digest] : predicates) wire.push_back(shim::Dependency{id, digest});
+    if (read_only && ordered_in_flight > 0) {
+      read_only = false;  // §3.3: our own uncommitted writes must be visible to the read
+      ++stats.reads_ordered;
+    }
     const std::uint64_t id = core.submit(shim::encode_request(wire, op), read_only);
+    if (!read_only) ++ordered_in_flight;
     BFT_ASSERT(id > highest_id);
     highest_id = id;
     Op o;
@@ -152,6 +158,7 @@ struct SpecClient::Impl {
     op.final_produced = true;
     op.final_digest = digest_of(c.result);
     --in_flight;
+    if (!op.read_only) --ordered_in_flight;
     if (op.has_first) {
       const bool matched = op.first_digest == op.final_digest;
       record_outcome(op.first_from, matched);

@@ -27,9 +27,12 @@
 // first replies matched the consensus; while more than failure_permille_max/1000 of them failed, it does not
 // deliver that replica's first replies (it keeps tracking them, and speculates again when the rate falls).
 //
-// Reads (§3.3): a read-only operation goes through the read-only optimization; the shim never logs its digest,
-// so no operation may depend on it (asserted): a caller that wants to write after reading submits the read as
-// an ordinary operation.
+// Reads (§3.3): a read-only operation goes through the read-only optimization unless this client has an ordered
+// operation whose final event it has not produced yet: then the read might not see the client's own writes at
+// 2f+1 replicas, so it goes through agreement (the paper's simpler policy: "disable the read-only optimization
+// while it has any uncommitted writes"). The shim never logs an optimized read's digest, so no operation may
+// depend on a read that was optimized (asserted): a caller that wants to write after reading submits the read
+// as an ordinary operation.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +83,7 @@ struct SpecClientStats {
   std::uint64_t retries = 0;                    // final results with a retry status
   std::uint64_t predicates_sent = 0;
   std::uint64_t first_mismatches = 0;           // first replies (delivered or not) that differed from consensus
+  std::uint64_t reads_ordered = 0;              // read-only operations sent through agreement (§3.3)
 };
 
 class SpecClient {

@@ -227,3 +227,26 @@ TEST_CASE("spec client: a primary failing more than 1% of its last n early repli
   CHECK(withheld > 0);
   CHECK(withheld < 100);
 }
+
+TEST_CASE("spec client: a read goes through agreement while the client's own writes are uncommitted", "[spec]") {
+  Fixture fx;
+  auto sent_read_only = [&] {
+    bool ro = false;
+    for (const Send& s : fx.client->take_effects().sends) ro = std::get<Request>(s.message).read_only();
+    return ro;
+  };
+  fx.client->submit(Bytes{9}, {}, true);
+  CHECK(sent_read_only());  // nothing uncommitted: optimized
+  const std::uint64_t w = fx.client->submit(Bytes{1}, {});
+  fx.client->take_effects();
+  fx.client->submit(Bytes{9}, {}, true);
+  CHECK_FALSE(sent_read_only());  // a write in flight: ordered, so the read sees it (§3.3)
+  CHECK(fx.client->stats().reads_ordered == 1);
+  fx.consensus(w, executed({7}));
+  fx.client->take_events();
+  fx.client->submit(Bytes{9}, {}, true);
+  // The write committed, but the read sent through agreement is itself an ordered operation in flight; the
+  // library does not know which ordered operations write, so it stays conservative until that one is final too.
+  CHECK_FALSE(sent_read_only());
+  CHECK(fx.client->stats().reads_ordered == 2);
+}
