@@ -336,6 +336,8 @@ struct Replica::Impl {
   void forget_request(NodeId client, std::uint64_t request_id);
   void send_cached_reply(NodeId client, std::uint64_t request_id);
   void maybe_send_pre_prepares();
+  std::optional<QueuedRequest> pop_ticket(std::size_t batch_bytes, bool batch_empty, std::size_t& size);
+  void trim_tickets();
   void send_pre_prepare(Batch&& b);
   // PBFT-CS early execution (NSDI'09 §3.1)
   void order_early();
@@ -812,35 +814,52 @@ void Replica::Impl::maybe_send_pre_prepares() {
     Batch b;
     std::size_t bytes = 0;
     while (b.requests.size() < limit && !tickets.empty()) {
-      const NodeId c = tickets.front();
-      auto qit = queue.find(c);
-      if (qit == queue.end()) {
-        tickets.pop_front();
-        continue;
-      }
-      // Each client's requests are ordered by increasing id: a ticket takes the client's lowest queued id.
-      auto rit = qit->second.begin();
-      const std::size_t size = rit->second.request.op.size() + opt.n * kMacBytes + 64;
-      if (!b.requests.empty() && bytes + size > kBatchBytesMax) break;
-      tickets.pop_front();
-      QueuedRequest qr = std::move(rit->second);
-      qit->second.erase(rit);
-      queued_count--;
-      if (qit->second.empty()) queue.erase(qit);
-      if (clients.classify(c, qr.request.request_id) != ClientTable::Freshness::kFresh) continue;
-      if (!pending.insert({c, qr.request.request_id}).second) continue;
+      std::size_t size = 0;
+      std::optional<QueuedRequest> qr = pop_ticket(bytes, b.requests.empty(), size);
+      if (!qr) break;
+      const NodeId c = qr->request.client;
+      if (clients.classify(c, qr->request.request_id) != ClientTable::Freshness::kFresh) continue;
+      if (!pending.insert({c, qr->request.request_id}).second) continue;
       bytes += size;
-      b.requests.push_back(std::move(qr.request));
+      b.requests.push_back(std::move(qr->request));
     }
     if (b.requests.empty()) break;
     send_pre_prepare(std::move(b));
   }
-  // Tickets can outlive their requests (executed through another path); keep them bounded.
-  if (tickets.size() > 2 * queued_count + 64) {
-    tickets.clear();
-    for (const auto& [c, reqs] : queue) {
-      for (std::size_t i = 0; i < reqs.size(); i++) tickets.push_back(c);
+  trim_tickets();
+}
+
+// The request of the next ticket (the ticket's client's lowest queued id: each client's requests are ordered by
+// increasing id), removed from the queue, with `size` its share of a batch. Nothing when a ticket's request would
+// take a non-empty batch of `batch_bytes` past kBatchBytesMax (it stays queued). Tickets whose client has nothing
+// queued any more are dropped on the way; nothing when no ticket is left.
+std::optional<QueuedRequest> Replica::Impl::pop_ticket(std::size_t batch_bytes, bool batch_empty, std::size_t& size) {
+  while (!tickets.empty()) {
+    const NodeId c = tickets.front();
+    auto qit = queue.find(c);
+    if (qit == queue.end()) {
+      tickets.pop_front();
+      continue;
     }
+    auto rit = qit->second.begin();
+    size = rit->second.request.op.size() + opt.n * kMacBytes + 64;
+    if (!batch_empty && batch_bytes + size > kBatchBytesMax) return std::nullopt;
+    tickets.pop_front();
+    QueuedRequest qr = std::move(rit->second);
+    qit->second.erase(rit);
+    queued_count--;
+    if (qit->second.empty()) queue.erase(qit);
+    return qr;
+  }
+  return std::nullopt;
+}
+
+// Tickets can outlive their requests (executed through another path); keep them bounded.
+void Replica::Impl::trim_tickets() {
+  if (tickets.size() <= 2 * queued_count + 64) return;
+  tickets.clear();
+  for (const auto& [c, reqs] : queue) {
+    for (std::size_t i = 0; i < reqs.size(); i++) tickets.push_back(c);
   }
 }
 
@@ -906,40 +925,26 @@ void Replica::Impl::order_early() {
     if (queued_count == 0 || tickets.empty()) break;
     if (open_batch && open_batch->batch.requests.size() >= limit) break;  // full: waits for the window
     if (!open_batch && !can_open_batch()) break;
-    const NodeId c = tickets.front();
-    auto qit = queue.find(c);
-    if (qit == queue.end()) {
-      tickets.pop_front();
-      continue;
-    }
-    auto rit = qit->second.begin();
-    const std::size_t size = rit->second.request.op.size() + opt.n * kMacBytes + 64;
-    if (open_batch && open_batch->bytes + size > kBatchBytesMax) break;
-    tickets.pop_front();
-    QueuedRequest qr = std::move(rit->second);
-    qit->second.erase(rit);
-    queued_count--;
-    if (qit->second.empty()) queue.erase(qit);
-    if (clients.classify(c, qr.request.request_id) != ClientTable::Freshness::kFresh) continue;
-    if (pending.count({c, qr.request.request_id}) != 0) continue;  // re-proposed by our NEW-VIEW
+    std::size_t size = 0;
+    std::optional<QueuedRequest> qr =
+        pop_ticket(open_batch ? open_batch->bytes : 0, !open_batch || open_batch->batch.requests.empty(), size);
+    if (!qr) break;
+    const NodeId c = qr->request.client;
+    if (clients.classify(c, qr->request.request_id) != ClientTable::Freshness::kFresh) continue;
+    if (pending.count({c, qr->request.request_id}) != 0) continue;  // re-proposed by our NEW-VIEW
     if (!open_batch) {
       open_batch.emplace();
       open_batch->seq = next_seq++;
       open_batch->batch.timestamp_ns = std::max({last_timestamp_ns + 1, last_executed_timestamp_ns + 1, wall_clock_ns});
       last_timestamp_ns = open_batch->batch.timestamp_ns;
     }
-    const bool executed = execute_request(qr.request, open_batch->seq, view, open_batch->batch.timestamp_ns,
+    const bool executed = execute_request(qr->request, open_batch->seq, view, open_batch->batch.timestamp_ns,
                                           ReplyKind::kSpeculative);
     BFT_ASSERT(executed);  // fresh, ordered, authenticated: nothing left to skip it
     open_batch->bytes += size;
-    open_batch->batch.requests.push_back(std::move(qr.request));
+    open_batch->batch.requests.push_back(std::move(qr->request));
   }
-  if (tickets.size() > 2 * queued_count + 64) {
-    tickets.clear();
-    for (const auto& [c, reqs] : queue) {
-      for (std::size_t i = 0; i < reqs.size(); i++) tickets.push_back(c);
-    }
-  }
+  trim_tickets();
 }
 
 // The open batch becomes the PRE-PREPARE at its seq; it is already executed (speculatively).
