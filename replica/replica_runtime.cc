@@ -84,12 +84,29 @@ struct ReplicaRuntime::Impl {
     if (pending.persist.size() + pending.sends.size() >= kPendingFlushThreshold) flush();
   }
 
+  static bool is_speculative_reply(const Send& s) {
+    const auto* r = std::get_if<Reply>(&s.message);
+    return r != nullptr && (r->flags & kReplySpeculative) != 0;
+  }
+
   // Called after every loop pass (run()), and within a pass when much is pending.
   void flush() {
     if (pending.empty()) return;
     ++flushes;
     flush_persists += pending.persist.size();
     flush_sends += pending.sends.size();
+    // PBFT-CS early replies (NSDI'09 §3.1) promise nothing, so they do not wait for this pass's fdatasync: over
+    // a WAN the next request of a speculating client arrives in the same pass as the previous batch's PREPAREs,
+    // whose PreparedRecord must be synced. Sending them first keeps each client's order for a request (its
+    // early reply always precedes its vote), and replies to different requests may leave in any order.
+    bool speculative_sent = false;
+    for (const auto& s : pending.sends) {
+      if (!is_speculative_reply(s)) continue;
+      if (!speculative_sent) transport->cork();
+      speculative_sent = true;
+      transport->send(s);
+    }
+    if (speculative_sent) transport->uncork();
     for (const auto& r : pending.persist) wal->append(r);
     unsynced_records += pending.persist.size();
     // Durable before sent (effects.h): one fdatasync covers every record appended so far, and is needed only
@@ -105,7 +122,7 @@ struct ReplicaRuntime::Impl {
     // destinations is harmless (each destination keeps the core's order, and every send is behind the sync).
     transport->cork();
     for (const auto& s : pending.sends) {
-      if (s.to != kAllReplicas && s.to >= config.n) transport->send(s);
+      if (s.to != kAllReplicas && s.to >= config.n && !is_speculative_reply(s)) transport->send(s);
     }
     for (const auto& s : pending.sends) {
       if (s.to == kAllReplicas || s.to < config.n) transport->send(s);
