@@ -134,6 +134,12 @@ struct SpecCounterLoop {
     if (e.kind == SpecEventKind::kRollback) ++rollbacks;
     if (!failed) {
       chain.erase(it);
+      if (recovering) {
+        // A later increment already failed (its final came first, e.g. reordered by a view change): this one
+        // may have been the last thing in flight that recovery waits for (sim finding F5).
+        finish_recovery();
+        return;
+      }
       if (newest && waiting_first) {  // no first reply was used (speculation off or withheld): now we know
         next_token = cr.next_token;
         waiting_first = false;
