@@ -612,6 +612,9 @@ void Simulation::crash_replica(ReplicaNode& r, const char* how) {
 void Simulation::append_record(ReplicaNode& r, const PersistRecord& rec) {
   r.log.push_back(rec);
   r.promises.add(rec);
+  if (const auto* cr = std::get_if<CheckpointRecord>(&rec); cr != nullptr && correct(r)) {
+    checker_->on_checkpoint(r.id, cr->seq, cr->digest);
+  }
 }
 
 void Simulation::check_promise(const ReplicaNode& r, const Send& send) {
