@@ -435,6 +435,9 @@ TEST_CASE("regression lines parse", "[sim]") {
   CHECK(c.f == 2);
   CHECK(c.scenario == "all-crash");
   CHECK(c.fault_ticks == 900);
+  REQUIRE(parse_regression_line("7 cs=1", c, empty, error));
+  CHECK(c.speculation == 1);
+  CHECK_FALSE(parse_regression_line("7 cs=2", c, empty, error));
   CHECK_FALSE(parse_regression_line("x1", c, empty, error));
   CHECK_FALSE(parse_regression_line("1 f=0", c, empty, error));
   CHECK_FALSE(parse_regression_line("1 service=files", c, empty, error));
@@ -483,6 +486,28 @@ TEST_CASE("a pipelining client on the null service passes calm and crash seeds",
     c.byzantine = false;
     require_pass(c);
   }
+}
+
+TEST_CASE("PBFT-CS seeds pass: early replies, the shim and speculating clients", "[sim][seeds][shim]") {
+  for (const char* scenario : {"calm", "network", "crash", "all-crash"}) {
+    for (std::uint64_t seed : {4, 5}) {
+      SimConfig c;
+      c.seed = seed;
+      c.scenario = scenario;
+      c.speculation = 1;
+      const SimResult r = run_isolated(c);
+      INFO("seed " << seed << " " << r.scenario << "\n" << r.failure);
+      REQUIRE(r.passed);
+      CHECK(r.stats.cs_shim == 1);
+      CHECK(r.stats.cs_speculating_clients >= 1);
+      CHECK(r.stats.first_delivered > 0);
+    }
+  }
+  SimConfig c;
+  c.seed = 4;
+  c.service = "null";
+  c.speculation = 1;
+  CHECK_FALSE(check_config(c).empty());  // speculating clients chain counter increments
 }
 
 TEST_CASE("fixed seeds pass with each Byzantine strategy", "[sim][seeds]") {
