@@ -69,6 +69,8 @@ struct Totals {
   std::uint64_t seeds_shim = 0;
   std::uint64_t seeds_lying = 0;
   std::uint64_t seeds_full_cs = 0;  // early replies + shim + speculating clients + a lying primary
+  std::uint64_t seeds_lied = 0;     // ... the lying primary did lie
+  std::uint64_t seeds_full_cs_lied = 0;
   std::uint64_t seeds_with_early_replies = 0;
   std::uint64_t seeds_with_speculative_first = 0;
   std::uint64_t seeds_with_client_rollback = 0;
@@ -95,7 +97,11 @@ struct Totals {
     seeds_early += s.cs_early_replies;
     seeds_shim += s.cs_shim;
     seeds_lying += s.cs_lying_primary;
-    seeds_full_cs += s.cs_early_replies && s.cs_shim && s.cs_speculating_clients > 0 && s.cs_lying_primary ? 1 : 0;
+    const bool full = s.cs_early_replies && s.cs_shim && s.cs_speculating_clients > 0 && s.cs_lying_primary;
+    const bool lied = s.early_lies + s.fake_early_replies > 0;
+    seeds_full_cs += full ? 1 : 0;
+    seeds_lied += lied ? 1 : 0;
+    seeds_full_cs_lied += full && lied ? 1 : 0;
     seeds_with_early_replies += s.early_replies_sent > 0 ? 1 : 0;
     seeds_with_speculative_first += s.speculative_firsts > 0 ? 1 : 0;
     seeds_with_client_rollback += s.spec_rollbacks > 0 ? 1 : 0;
@@ -288,9 +294,10 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(totals.seeds_with_partition),
               static_cast<unsigned long long>(totals.seeds_with_read_only));
   auto ull = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
-  std::printf("  PBFT-CS seeds: early replies %llu, shim with speculating clients %llu, lying primary %llu, all of "
-              "them %llu\n",
-              ull(totals.seeds_early), ull(totals.seeds_shim), ull(totals.seeds_lying), ull(totals.seeds_full_cs));
+  std::printf("  PBFT-CS seeds: early replies %llu, shim with speculating clients %llu, lying primary %llu (it lied in "
+              "%llu), all of them %llu (with lies %llu)\n",
+              ull(totals.seeds_early), ull(totals.seeds_shim), ull(totals.seeds_lying), ull(totals.seeds_lied),
+              ull(totals.seeds_full_cs), ull(totals.seeds_full_cs_lied));
   std::printf("  PBFT-CS coverage (seeds where it ran): early replies sent %llu, speculative first replies delivered "
               "%llu, rollbacks at a client %llu, shim retries %llu, open batches discarded %llu, lies in early "
               "replies %llu, early replies for unordered requests %llu, primary distrusted (1%% rule) %llu\n",

@@ -101,6 +101,10 @@ struct Scenario {
   std::vector<std::uint32_t> spec_windows;  // per client: 0 = does not speculate, else increments in flight
   std::uint32_t failure_window = 100;       // SpecClientOptions: the 1% rule of §3.4
   std::uint32_t failure_permille_max = 10;
+  // The Byzantine replicas lie in their early replies when primary (Byzantine::set_early_lies).
+  bool lying = false;
+  std::uint32_t early_lie_ppm = 0;
+  std::uint32_t fake_ppm = 0;
 
   std::string describe() const {
     std::string byz;
@@ -120,11 +124,16 @@ struct Scenario {
   }
 
   std::string describe_cs() const {
-    if (!shim) return "";
+    if (!shim) return describe_lies();
     std::string windows;
     for (std::uint32_t w : spec_windows) windows += fmt("%s%u", windows.empty() ? "" : ",", w);
-    return fmt(" shim=%u/%u spec=[%s] trust=%u/%u", shim_options.log_entries_per_client, shim_options.clients_max,
-               windows.c_str(), failure_permille_max, failure_window);
+    std::string out = fmt(" shim=%u/%u spec=[%s] trust=%u/%u", shim_options.log_entries_per_client,
+                          shim_options.clients_max, windows.c_str(), failure_permille_max, failure_window);
+    return out + describe_lies();
+  }
+
+  std::string describe_lies() const {
+    return lying ? fmt(" early-lies=%uppm fake=%uppm", early_lie_ppm, fake_ppm) : "";
   }
 };
 
@@ -202,6 +211,7 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   // Replica and client parameters: small checkpoint intervals so that checkpoints, garbage collection and
   // state transfer happen within a short run.
   ReplicaOptions& ro = s.replica;
+  std::uint64_t lie_draw = 100;  // PBFT-CS stream: whether a primary lies in early replies (below)
   ro.n = s.n;
   ro.f = s.f;
   ro.checkpoint_interval = std::uint64_t{8} << p.below(3);  // 8, 16, 32
@@ -222,7 +232,14 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
     for (auto& w : windows) w = static_cast<std::uint32_t>(1 + cs.below(kSpecWindowMax));
     const std::uint64_t trust_draw = cs.below(4);
     const std::uint64_t log_draw = cs.below(10);
-    s.shim = c.speculation == 1 || (c.speculation == -1 && !null_variant && shim_draw);
+    lie_draw = cs.below(100);
+    const std::uint32_t lie_rates[] = {50'000, 150'000, 400'000};
+    s.early_lie_ppm = lie_rates[cs.below(3)];
+    const std::uint32_t fake_rates[] = {0, 20'000, 60'000};
+    s.fake_ppm = fake_rates[cs.below(3)];
+    if (forced == Strategy::kLyingEarlyReplies) ro.early_replies = true;  // the strategy needs them
+    s.shim = c.speculation == 1 ||
+             (c.speculation == -1 && !null_variant && (shim_draw || forced == Strategy::kLyingEarlyReplies));
     if (c.speculation == 1) ro.early_replies = true;
     if (s.shim) {
       // Client 0 always speculates, client 1 sometimes, client 2 never (a plain client over the shim).
@@ -289,7 +306,7 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
     for (std::uint32_t i = 0; i < count; ++i) {
       Strategy st = forced;
       if (st == Strategy::kNone) {
-        st = static_cast<Strategy>(1 + p.below(static_cast<std::uint64_t>(Strategy::kCount) - 1));
+        st = static_cast<Strategy>(1 + p.below(static_cast<std::uint64_t>(kLastClassicStrategy)));
       }
       // Primary-only strategies take the primaries of the first views, in order; others any free replica.
       NodeId id = 0;
@@ -304,8 +321,62 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
       s.byzantine.emplace_back(id, st);
     }
   }
+  // PBFT-CS: a primary that lies in its early replies (NSDI'09 §3.4), decided by the PBFT-CS stream on top of
+  // what the main stream chose. In Byzantine seeds every Byzantine replica lies in early replies when it is
+  // primary, and replica 0 (the first primary) joins them if the budget of f allows; in other seeds replica 0
+  // becomes a Byzantine replica that does nothing but that (less often where crashes need the fault budget:
+  // with f = 1 a lying primary leaves none for crashes).
+  const bool forced_lying = forced == Strategy::kLyingEarlyReplies;
+  if (s.counter && ro.early_replies && c.byzantine && (c.speculation != 0 || forced_lying)) {
+    const bool crashes = s.mode == Mode::kCrash || s.mode == Mode::kAllCrash;
+    const std::uint64_t odds = s.mode == Mode::kByzantine ? 75 : (!crashes ? 90 : (s.f >= 2 ? 75 : 25));
+    if (forced_lying || lie_draw < odds) {
+      s.lying = true;
+      bool primary_taken = false;
+      for (const auto& [id, st] : s.byzantine) primary_taken = primary_taken || id == 0;
+      if (!primary_taken && s.byzantine.size() < s.f) {
+        s.byzantine.insert(s.byzantine.begin(), {NodeId{0}, Strategy::kLyingEarlyReplies});
+      }
+    }
+  }
   return true;
 }
+
+// SimConfig::sabotage_predicates: a Service decorator that drops the dependencies of every predicated request
+// before the shim below it decides, as a replica that ignored predicates would.
+class PredicateStripper final : public Service {
+ public:
+  explicit PredicateStripper(Service& inner) : inner_(inner) {}
+  Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) override {
+    std::vector<shim::Dependency> deps;
+    std::span<const std::uint8_t> inner_op;
+    if (shim::decode_request(op, deps, inner_op) != shim::DecodeError::kOk || deps.empty()) {
+      return inner_.execute(ctx, op);
+    }
+    return inner_.execute(ctx, shim::encode_request({}, inner_op));
+  }
+  bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override {
+    return inner_.execute_read_only(client, op, result);
+  }
+  void commit_through(std::uint64_t seq) override { inner_.commit_through(seq); }
+  void rollback_to(std::uint64_t seq) override { inner_.rollback_to(seq); }
+  CheckpointId checkpoint(std::uint64_t seq) override { return inner_.checkpoint(seq); }
+  void discard_checkpoints_below(std::uint64_t seq) override { inner_.discard_checkpoints_below(seq); }
+  CheckpointId recovered_checkpoint() const override { return inner_.recovered_checkpoint(); }
+  std::uint64_t partition_count() const override { return inner_.partition_count(); }
+  const PartitionTree& checkpoint_tree(std::uint64_t seq) const override { return inner_.checkpoint_tree(seq); }
+  Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override {
+    return inner_.read_partition(seq, index);
+  }
+  void begin_install(std::uint64_t target_seq) override { inner_.begin_install(target_seq); }
+  void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override {
+    inner_.install_partition(index, data);
+  }
+  CheckpointId finish_install(std::uint64_t target_seq) override { return inner_.finish_install(target_seq); }
+
+ private:
+  Service& inner_;
+};
 
 // What a correct replica promised must be backed by its durable records ("durable before sent", effects.h):
 // the index of those records.
@@ -336,6 +407,7 @@ struct ReplicaNode {
   CounterService* counter = nullptr;
   std::unique_ptr<ExecutionProbe> probe;  // PBFT-CS: between the shim and the counter
   std::unique_ptr<shim::Shim> shim;       // PBFT-CS: the shim over the probe
+  std::unique_ptr<PredicateStripper> stripper;  // SimConfig::sabotage_predicates: over the shim
   std::unique_ptr<RecordingService> recording;
   std::unique_ptr<Replica> replica;
   std::unique_ptr<Byzantine> byz;
@@ -614,7 +686,9 @@ void Simulation::setup() {
     ReplicaNode& r = *replicas_[id];
     r.byz = std::make_unique<Byzantine>(strategy, id, sc_.n, nodes_, *r.crypto, mix(config_.seed, 0xB12 + id),
                                         sc_.replica.log_window);
+    if (sc_.lying) r.byz->set_early_lies(sc_.early_lie_ppm, sc_.fake_ppm, sc_.shim);
   }
+  stats_.cs_lying_primary = sc_.lying && !sc_.byzantine.empty() ? 1 : 0;
   stats_.byzantine_replicas = sc_.byzantine.size();
   stats_.cs_early_replies = sc_.replica.early_replies ? 1 : 0;
   stats_.cs_shim = sc_.shim ? 1 : 0;
@@ -664,6 +738,10 @@ void Simulation::start_replica(ReplicaNode& r, bool recovering) {
     r.probe = std::make_unique<ExecutionProbe>(*r.service);
     r.shim = std::make_unique<shim::Shim>(*r.probe, &r.store, sc_.shim_options);
     top = r.shim.get();
+    if (config_.sabotage_predicates && correct(r)) {
+      r.stripper = std::make_unique<PredicateStripper>(*r.shim);
+      top = r.stripper.get();
+    }
   }
   r.recording = std::make_unique<RecordingService>(*top, r.shim.get(), r.probe.get());
   r.replica = std::make_unique<Replica>(sc_.replica, r.id, *r.recording, *r.crypto,
@@ -690,6 +768,7 @@ void Simulation::crash_replica(ReplicaNode& r, const char* how) {
   // The core first (it refers to the service), then the service; the store and the log stay.
   r.replica.reset();
   r.recording.reset();
+  r.stripper.reset();
   r.shim.reset();
   r.probe.reset();
   r.counter = nullptr;
@@ -832,7 +911,19 @@ void Simulation::deliver(Packet& p) {
   event(fmt("deliver %u->%u %s", d.sender, p.to, describe(d.message).c_str()));
   if (to_replica) {
     ReplicaNode& r = *replicas_[p.to];
-    if (r.byz) r.byz->observe(d.sender, d.message);
+    if (r.byz) {
+      r.byz->observe(d.sender, d.message);
+      std::vector<Byzantine::Injection> injected;
+      const bool admitted = r.byz->admit(d.sender, d.message, r.replica->view(), r.replica->is_primary(), injected);
+      for (auto& inj : injected) {
+        event(fmt("r%u injects a fake early reply to %u", r.id, inj.to));
+        net_->send(r.id, inj.to, std::move(inj.frame), now_);
+      }
+      if (!admitted) {
+        event(fmt("r%u swallows %s", r.id, describe(d.message).c_str()));
+        return;
+      }
+    }
     r.replica->on_message(d.sender, d.message);
     drain_replica(r);
     after_replica_step(r);
@@ -1255,7 +1346,11 @@ void Simulation::collect_stats() {
       add_stats(total, r->replica->stats());
       stats_.service_rollbacks += r->recording->rollbacks();
     }
-    if (r->byz) stats_.byzantine_lies += r->byz->lies();
+    if (r->byz) {
+      stats_.byzantine_lies += r->byz->lies();
+      stats_.early_lies += r->byz->early_lies();
+      stats_.fake_early_replies += r->byz->fake_early_replies();
+    }
   }
   stats_.requests_executed = total.requests_executed;
   stats_.view_changes_started = total.view_changes_started;

@@ -48,6 +48,10 @@ struct SimConfig {
   // Tests of the simulator only: replica 1's final executions reach the checker with an altered result digest,
   // so a run must fail with "agreed results" or "accepted result" (proves the checker is wired to the cluster).
   bool sabotage_results = false;
+  // Tests of the simulator only (PBFT-CS seeds): every correct replica strips the predicates off each request
+  // before its shim sees it, so requests built on lies execute everywhere alike; the run must fail with
+  // "shim decision" or "predicate" (proves the PBFT-CS checks are wired to the cluster).
+  bool sabotage_predicates = false;
   std::uint32_t trace_events = 48;  // events kept for the failure report
 };
 

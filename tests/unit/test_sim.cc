@@ -560,3 +560,22 @@ TEST_CASE("the checker sees the cluster: a replica whose results are altered fai
   INFO(r.failure);
   CHECK(named);
 }
+
+TEST_CASE("the PBFT-CS checks see the cluster: replicas that ignore predicates fail the run", "[sim][shim]") {
+  SimConfig c;
+  c.seed = 21;
+  c.scenario = "lying-early-replies";
+  c.speculation = 1;
+  c.sabotage_predicates = true;
+  const SimResult r = run_isolated(c);
+  INFO(r.scenario << "\n" << r.failure);
+  REQUIRE_FALSE(r.passed);
+  const bool named = r.failure.find("shim decision") != std::string::npos ||
+                     r.failure.find("predicate") != std::string::npos;
+  CHECK(named);
+  c.sabotage_predicates = false;  // and the same seed passes with honest replicas
+  const SimResult honest = run_isolated(c);
+  INFO(honest.failure);
+  CHECK(honest.passed);
+  CHECK(honest.stats.early_lies + honest.stats.fake_early_replies > 0);
+}
