@@ -6,6 +6,8 @@
 
 #include "common/assert.h"
 #include "protocol/wire.h"
+#include "services/counter_service.h"
+#include "shim/envelope.h"
 
 namespace bftfs::sim {
 
@@ -13,10 +15,29 @@ namespace {
 
 constexpr std::array<std::string_view, static_cast<std::size_t>(Strategy::kCount)> kNames = {
     "none",   "equivocate",    "corrupt-digests",   "wrong-replies",  "forge-macs", "withhold",
-    "replay", "random-frames", "lying-view-change", "silent-primary", "mixed",
+    "replay", "random-frames", "lying-view-change", "silent-primary", "mixed",  "lying-early-replies",
 };
 
 constexpr std::size_t kReplayKept = 128;
+constexpr std::uint64_t kPpm = 1'000'000;
+
+// A counter result (services/counter_service.h: u8 status, u64 value, u64 next token, little-endian).
+Bytes counter_bytes(const CounterResult& r) {
+  Bytes out(17);
+  out[0] = r.status;
+  for (std::size_t i = 0; i < 8; ++i) {
+    out[1 + i] = static_cast<std::uint8_t>(r.value >> (8 * i));
+    out[9 + i] = static_cast<std::uint8_t>(r.next_token >> (8 * i));
+  }
+  return out;
+}
+
+std::uint64_t hash_request(std::uint64_t salt, NodeId client, std::uint64_t request_id) {
+  std::uint64_t z = salt ^ (std::uint64_t{client} << 40) ^ request_id;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 void put_le(Bytes& b, std::size_t off, std::uint64_t v, std::size_t width) {
   for (std::size_t i = 0; i < width; ++i) b[off + i] = static_cast<std::uint8_t>(v >> (8 * i));
@@ -48,7 +69,9 @@ bool parse_strategy(std::string_view name, Strategy& out) {
   return false;
 }
 
-bool wants_primary(Strategy s) { return s == Strategy::kEquivocate || s == Strategy::kSilentPrimary; }
+bool wants_primary(Strategy s) {
+  return s == Strategy::kEquivocate || s == Strategy::kSilentPrimary || s == Strategy::kLyingEarlyReplies;
+}
 
 Byzantine::Byzantine(Strategy strategy, NodeId self, std::uint32_t n, std::uint32_t nodes, const Crypto& crypto,
                      std::uint64_t seed, std::uint64_t log_window)
@@ -59,7 +82,8 @@ Byzantine::Byzantine(Strategy strategy, NodeId self, std::uint32_t n, std::uint3
       crypto_(crypto),
       prng_(seed),
       log_window_(log_window),
-      withheld_to_(nodes, false) {
+      withheld_to_(nodes, false),
+      early_prng_(seed ^ 0xEA21E1E5ull) {
   BFT_ASSERT(self < n);
   BFT_ASSERT(n < nodes);
   // What a withholding replica drops: everything, a few message types, or everything to some nodes.
@@ -286,7 +310,108 @@ void Byzantine::rewrite(const Send& send, std::vector<Send>& out) {
   out.push_back(send);
 }
 
+void Byzantine::set_early_lies(std::uint32_t lie_ppm, std::uint32_t fake_ppm, bool shim) {
+  BFT_ASSERT(lie_ppm <= kPpm);
+  BFT_ASSERT(fake_ppm <= kPpm);
+  early_lie_ppm_ = lie_ppm;
+  fake_ppm_ = fake_ppm;
+  shim_ = shim;
+  fake_salt_ = early_prng_.next();
+}
+
+Bytes Byzantine::plausible_lie(const Bytes& truth) {
+  std::span<const std::uint8_t> inner = truth;
+  shim::ShimResult sr;
+  if (shim_) {
+    if (!shim::decode_result(truth, sr)) return fabricated_result();
+    if (sr.status != shim::ShimStatus::kExecuted) return fabricated_result();  // "it executed"
+    inner = sr.inner;
+  }
+  CounterResult cr;
+  if (!parse_counter_result(inner, cr)) {
+    Bytes lie = truth.empty() ? Bytes{0} : truth;
+    lie[early_prng_.below(lie.size())] ^= static_cast<std::uint8_t>(1 + early_prng_.below(255));
+    return lie;
+  }
+  switch (early_prng_.below(4)) {
+    case 0:  // another token: an increment chained on it would present the wrong one
+      cr.next_token ^= 1 + early_prng_.below(1u << 20);
+      break;
+    case 1:  // a value from the future, with its own token
+      cr.value += 1 + early_prng_.below(3);
+      cr.next_token = early_prng_.next();
+      break;
+    case 2:  // "it did not execute": a no-op under the shim, a refused token without it
+      if (shim_) return shim::encode_result(shim::ShimStatus::kRetryPredicateFailed, {});
+      cr.status = cr.status == 0 ? 1 : 0;
+      break;
+    default:  // another value with the right token: still a misprediction, its dependents must not execute
+      cr.value = cr.value > 0 ? cr.value - 1 : cr.value + 1;
+      break;
+  }
+  Bytes lie = counter_bytes(cr);
+  return shim_ ? shim::encode_result(shim::ShimStatus::kExecuted, lie) : lie;
+}
+
+Bytes Byzantine::fabricated_result() {
+  CounterResult cr;
+  cr.value = last_value_ + 1 + early_prng_.below(2);
+  cr.next_token = early_prng_.next();
+  Bytes r = counter_bytes(cr);
+  return shim_ ? shim::encode_result(shim::ShimStatus::kExecuted, r) : r;
+}
+
+void Byzantine::lie_in_early_reply(Reply& reply) {
+  if ((reply.flags & kReplyHasResult) != 0) {
+    // Learn from the truth first, so that fabricated results look current.
+    std::span<const std::uint8_t> inner = reply.result;
+    shim::ShimResult sr;
+    if (shim_ && shim::decode_result(reply.result, sr)) inner = sr.inner;
+    CounterResult cr;
+    if (parse_counter_result(inner, cr) && cr.status == 0) last_value_ = std::max(last_value_, cr.value);
+  }
+  if (!early_prng_.chance(early_lie_ppm_, kPpm)) return;
+  ++early_lies_;
+  ++lies_;
+  if ((reply.flags & kReplyHasResult) != 0) {
+    reply.result = plausible_lie(reply.result);
+    reply.result_digest = digest_of(reply.result);
+  } else {
+    reply.result_digest = random_digest();
+  }
+  // Sometimes the lie claims to be a vote: one tentative reply must never make a certificate.
+  if (early_prng_.chance(1, 10)) {
+    reply.flags = static_cast<std::uint8_t>((reply.flags & ~kReplySpeculative) | kReplyTentative);
+  }
+}
+
+bool Byzantine::admit(NodeId from, const Message& message, std::uint64_t view, bool primary,
+                      std::vector<Injection>& out) {
+  (void)from;
+  if (fake_ppm_ == 0) return true;
+  const auto* r = std::get_if<Request>(&message);
+  if (r == nullptr || r->read_only() || r->client < n_ || r->client >= nodes_) return true;
+  if (hash_request(fake_salt_, r->client, r->request_id) % kPpm >= fake_ppm_) return true;
+  Reply fake;
+  fake.view = view;
+  fake.client = r->client;
+  fake.request_id = r->request_id;
+  fake.flags = kReplySpeculative | kReplyHasResult;
+  fake.result = fabricated_result();
+  fake.result_digest = digest_of(fake.result);
+  out.push_back(Injection{r->client, encode_frame(fake, self_, r->client, crypto_)});
+  ++fake_early_replies_;
+  ++lies_;
+  return !primary;  // as primary it never orders the request
+}
+
 void Byzantine::filter(Effects& effects) {
+  if (early_lie_ppm_ > 0) {
+    for (Send& s : effects.sends) {
+      auto* reply = std::get_if<Reply>(&s.message);
+      if (reply != nullptr && (reply->flags & kReplySpeculative) != 0) lie_in_early_reply(*reply);
+    }
+  }
   std::vector<Send> out;
   out.reserve(effects.sends.size());
   for (const Send& s : effects.sends) rewrite(s, out);

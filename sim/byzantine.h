@@ -17,6 +17,11 @@
 //                     them itself), true entries omitted, spontaneous view changes; tampered new-views
 //   silent-primary    never proposes: pre-prepares and new-views are dropped
 //   mixed             any of the rewrites above, chosen per message
+//   lying-early-replies  (PBFT-CS, NSDI'09 §3.4) as primary, lies in a fraction of its early replies (see
+//                     set_early_lies); otherwise follows the protocol
+// In PBFT-CS seeds any Byzantine replica may also lie in its early replies whenever it is primary
+// (set_early_lies), whatever its strategy: those lies come from a Prng of their own, so the strategy's own
+// choices stay as they were.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +47,12 @@ enum class Strategy : std::uint8_t {
   kLyingViewChange,
   kSilentPrimary,
   kMixed,
+  kLyingEarlyReplies,
   kCount,
 };
+// The strategies before PBFT-CS; a seed that draws a strategy at random draws among these (adding
+// kLyingEarlyReplies to the draw would have changed the scenario of every older Byzantine seed).
+inline constexpr Strategy kLastClassicStrategy = Strategy::kMixed;
 std::string_view to_string(Strategy s);
 bool parse_strategy(std::string_view name, Strategy& out);
 // Strategies that only bite while the replica is primary: the simulator makes replica 0 (primary of view 0)
@@ -76,7 +85,24 @@ class Byzantine {
   // Called on every frame this replica sends, after encoding: may damage it.
   void mangle(Bytes& frame);
 
+  // PBFT-CS lies (NSDI'09 §3.4: "a bad primary may send an incorrect speculative response"):
+  //   - each speculative reply this replica sends (it sends them as primary) is corrupted with probability
+  //     lie_ppm / 1e6: a wrong but plausible result (another value or token of the counter, or a no-op, inside
+  //     the shim's envelope when `shim`) with a digest that matches it, sometimes flagged as a tentative vote
+  //     instead of a speculative reply;
+  //   - a client's request is picked with probability fake_ppm / 1e6 (the same decision for every copy of it,
+  //     retransmissions and relays included): the client gets an early reply for a result that was never
+  //     executed and, while this replica is primary, the request is never ordered (admit() drops every copy,
+  //     so backups must change views to get it ordered).
+  void set_early_lies(std::uint32_t lie_ppm, std::uint32_t fake_ppm, bool shim);
+  // Called with every message delivered to this replica, before its core sees it (`view` and `primary`: the
+  // core's view and whether it is primary of it). Returns false when the core must not see the message; may
+  // add frames to inject.
+  bool admit(NodeId from, const Message& message, std::uint64_t view, bool primary, std::vector<Injection>& out);
+
   std::uint64_t lies() const { return lies_; }
+  std::uint64_t early_lies() const { return early_lies_; }
+  std::uint64_t fake_early_replies() const { return fake_early_replies_; }
 
  private:
   Strategy pick();  // the strategy for one message (mixed picks one at random)
@@ -86,6 +112,9 @@ class Byzantine {
   Digest random_digest();
   void lie_in_view_change(ViewChange& vc);
   Bytes random_frame(NodeId to);
+  void lie_in_early_reply(Reply& reply);
+  Bytes plausible_lie(const Bytes& truth);  // a result that differs from `truth` and looks like one
+  Bytes fabricated_result();                // a result for a request that was never executed
 
   Strategy strategy_;
   NodeId self_;
@@ -101,6 +130,15 @@ class Byzantine {
   std::deque<Send> sent_;
   std::deque<Message> received_;
   std::uint64_t lies_ = 0;
+  // PBFT-CS lies (set_early_lies): their own Prng, so that enabling them leaves the strategy's choices alone.
+  Prng early_prng_;
+  std::uint32_t early_lie_ppm_ = 0;
+  std::uint32_t fake_ppm_ = 0;
+  bool shim_ = false;
+  std::uint64_t fake_salt_ = 0;           // which requests get fake early replies (a hash of the request)
+  std::uint64_t last_value_ = 0;          // the highest counter value seen in its own true early replies
+  std::uint64_t early_lies_ = 0;
+  std::uint64_t fake_early_replies_ = 0;
 };
 
 }  // namespace bftfs::sim

@@ -33,7 +33,68 @@ std::string to_string(OpKind k) {
   return "?";
 }
 
-Checker::Checker(bool counter) : counter_(counter) {}
+Checker::Checker(bool counter, bool shim) : counter_(counter), shim_(shim) {}
+
+bool Checker::counter_result(std::span<const std::uint8_t> result, shim::ShimStatus& status, CounterResult& out) const {
+  status = shim::ShimStatus::kExecuted;
+  if (!shim_) return parse_counter_result(result, out);
+  shim::ShimResult sr;
+  if (!shim::decode_result(result, sr)) {
+    status = shim::ShimStatus::kMalformed;
+    return false;
+  }
+  status = sr.status;
+  return sr.status == shim::ShimStatus::kExecuted && parse_counter_result(sr.inner, out);
+}
+
+void Checker::on_checkpoint(NodeId replica, std::uint64_t seq, const Digest& digest) {
+  auto [it, inserted] = checkpoints_.try_emplace(seq, digest, replica);
+  if (inserted || it->second.first == digest) return;
+  fail(fmt("checkpoint agreement: checkpoint %llu is %s at replica %u but %s at replica %u", ull(seq),
+           it->second.first.short_hex().c_str(), it->second.second, digest.short_hex().c_str(), replica));
+}
+
+// Property 8 for one record that is new to the agreed history (its first final report).
+void Checker::check_predicates(NodeId replica, const ExecRecord& rec) {
+  const std::string who = fmt("replica %u seq %llu client %u request %llu", replica, ull(rec.seq), rec.client,
+                              ull(rec.request_id));
+  switch (rec.shim_status) {
+    case shim::ShimStatus::kExecuted:
+      for (const shim::Dependency& d : rec.deps) {
+        auto it = finals_.find(Key{rec.client, d.request_id});
+        if (it == finals_.end() || it->second.seq > rec.seq) {
+          fail(fmt("predicate: %s executed, but its dependency request %llu has no agreed result before it", who.c_str(),
+                   ull(d.request_id)));
+          return;
+        }
+        if (it->second.result_digest != d.result_digest) {
+          fail(fmt("predicate: %s executed although it predicted %s for request %llu, whose agreed result (seq %llu) "
+                   "is %s",
+                   who.c_str(), d.result_digest.short_hex().c_str(), ull(d.request_id), ull(it->second.seq),
+                   it->second.result_digest.short_hex().c_str()));
+          return;
+        }
+      }
+      return;
+    case shim::ShimStatus::kRetryPredicateFailed:
+      for (const shim::Dependency& d : rec.deps) {
+        auto it = finals_.find(Key{rec.client, d.request_id});
+        if (it != finals_.end() && it->second.seq <= rec.seq && it->second.result_digest != d.result_digest) return;
+      }
+      fail(fmt("predicate: %s was made a no-op for a failed predicate, but every dependency's agreed result is "
+               "the predicted one or unknown (%zu dependencies)",
+               who.c_str(), rec.deps.size()));
+      return;
+    case shim::ShimStatus::kRetryDependencyUnknown:
+      if (rec.deps.empty()) fail(fmt("predicate: %s without dependencies was made a no-op for an unknown one", who.c_str()));
+      return;
+    case shim::ShimStatus::kMalformed:
+      fail(fmt("predicate: %s is a malformed envelope in the agreed history (correct clients never send one)",
+               who.c_str()));
+      return;
+  }
+  fail(fmt("predicate: %s has an unknown shim status", who.c_str()));
+}
 
 void Checker::fail(std::string what) {
   if (violation_.empty()) violation_ = std::move(what);
@@ -48,21 +109,36 @@ void Checker::on_committed(NodeId replica, std::uint64_t seq, const Digest& dige
 
 void Checker::on_final(NodeId replica, const ExecRecord& rec) {
   const Key key{rec.client, rec.request_id};
-  auto [it, inserted] = finals_.try_emplace(key, Final{replica, rec.seq, rec.result_digest});
+  if (shim_ && !rec.enveloped) {
+    fail(fmt("shim: replica %u seq %llu executed client %u request %llu without the shim", replica, ull(rec.seq),
+             rec.client, ull(rec.request_id)));
+    return;
+  }
+  if (shim_ && finals_.count(key) == 0) {
+    // Before the record joins the agreed history: its dependencies must already be there.
+    check_predicates(replica, rec);
+    if (failed()) return;
+  }
+  auto [it, inserted] = finals_.try_emplace(key, Final{replica, rec.seq, rec.result_digest, rec.shim_status});
   if (!inserted) {
     const Final& first = it->second;
     if (first.seq != rec.seq || first.result_digest != rec.result_digest) {
-      fail(fmt("agreed results: client %u request %llu executed at seq %llu with result %s by replica %u but at "
-               "seq %llu with result %s by replica %u",
-               rec.client, ull(rec.request_id), ull(first.seq), first.result_digest.short_hex().c_str(),
-               first.replica, ull(rec.seq), rec.result_digest.short_hex().c_str(), replica));
+      const bool decision = shim_ && first.seq == rec.seq && first.shim_status != rec.shim_status;
+      fail(fmt("agreed results%s: client %u request %llu executed at seq %llu with result %s (%s) by replica %u but "
+               "at seq %llu with result %s (%s) by replica %u",
+               decision ? " (shim decision)" : "", rec.client, ull(rec.request_id), ull(first.seq),
+               first.result_digest.short_hex().c_str(), std::string(shim::to_string(first.shim_status)).c_str(),
+               first.replica, ull(rec.seq), rec.result_digest.short_hex().c_str(),
+               std::string(shim::to_string(rec.shim_status)).c_str(), replica));
     }
     return;
   }
+  if (shim_ && shim::is_retry(rec.shim_status)) ++shim_retries_;
 
-  if (counter_ && rec.op_kind == kCounterOpIncrement) {
+  if (counter_ && rec.op_kind == kCounterOpIncrement && rec.shim_status == shim::ShimStatus::kExecuted) {
     CounterResult res;
-    if (!parse_counter_result(rec.result, res)) {
+    shim::ShimStatus status;
+    if (!counter_result(rec.result, status, res)) {
       fail(fmt("counter: replica %u seq %llu: increment result of client %u request %llu does not parse",
                replica, ull(rec.seq), rec.client, ull(rec.request_id)));
       return;
@@ -115,7 +191,22 @@ void Checker::on_submit(NodeId client, std::uint64_t request_id, OpKind kind, st
   it->second.submit_step = step;
 }
 
-void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t step) {
+void Checker::on_first(NodeId client, std::uint64_t request_id, const Bytes& result) {
+  auto it = ops_.find(Key{client, request_id});
+  if (it == ops_.end() || it->second.completed) {
+    fail(fmt("speculation: client %u delivered a first reply for request %llu, which is not in flight", client,
+             ull(request_id)));
+    return;
+  }
+  if (it->second.has_first) {
+    fail(fmt("speculation: client %u delivered two first replies for request %llu", client, ull(request_id)));
+    return;
+  }
+  it->second.has_first = true;
+  it->second.first_digest = digest_of(result);
+}
+
+void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t step, FinalKind kind) {
   const Key key{client, c.request_id};
   auto it = ops_.find(key);
   if (it == ops_.end()) {
@@ -131,6 +222,27 @@ void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t st
   op.complete_step = step;
   ++completions_;
   const Digest digest = digest_of(c.result);
+  // Property 9: the final event's kind follows from the first reply the client delivered.
+  switch (kind) {
+    case FinalKind::kPlain:
+      if (op.has_first) fail(fmt("speculation: plain client %u delivered a first reply for request %llu", client,
+                                 ull(c.request_id)));
+      break;
+    case FinalKind::kCommit:
+      if (op.has_first && op.first_digest != digest) {
+        fail(fmt("speculation: client %u committed request %llu with %s although the first reply it delivered was "
+                 "%s (a mispredicted first reply must end in a rollback)",
+                 client, ull(c.request_id), digest.short_hex().c_str(), op.first_digest.short_hex().c_str()));
+      }
+      break;
+    case FinalKind::kRollback:
+      if (!op.has_first || op.first_digest == digest) {
+        fail(fmt("speculation: client %u rolled back request %llu (final %s) although %s", client, ull(c.request_id),
+                 digest.short_hex().c_str(), op.has_first ? "its first reply was the same" : "it delivered no first reply"));
+      }
+      break;
+  }
+  if (failed()) return;
 
   if (op.kind == OpKind::kRead) {
     // Not in the agreed history when answered read-only (TOCS §5.1.3); checked by real time (property 5).
@@ -151,9 +263,15 @@ void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t st
 
   if (counter_ && op.kind != OpKind::kNull) {
     CounterResult res;
-    if (!parse_counter_result(c.result, res)) {
-      fail(fmt("client %u accepted a %s result for request %llu that does not parse", client,
-               to_string(op.kind).c_str(), ull(c.request_id)));
+    shim::ShimStatus status;
+    if (!counter_result(c.result, status, res)) {
+      if (op.kind == OpKind::kIncrement && shim::is_retry(status)) {
+        // A no-op (a predicate failed): it changed nothing and saw nothing; property 8 checks it was right to.
+        op.kind = OpKind::kNull;
+        return;
+      }
+      fail(fmt("client %u accepted a %s result for request %llu that does not parse (shim status %s)", client,
+               to_string(op.kind).c_str(), ull(c.request_id), std::string(shim::to_string(status)).c_str()));
       return;
     }
     const bool ok = res.status == kCounterStatusOk;
@@ -165,6 +283,7 @@ void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t st
     }
     op.has_value = true;
     op.value = res.value;
+    if (ok && op.kind == OpKind::kIncrement) ++accepted_increments_;
     // An increment refused for its token changed nothing and reports the value it saw: for real-time order it
     // is a read.
     if (bad_token) op.kind = OpKind::kRead;
@@ -258,6 +377,13 @@ void Checker::finish(const std::vector<std::pair<NodeId, std::uint64_t>>& counte
   if (ok_values_.size() != max_value) {
     fail(fmt("counter integrity: %zu successful increments in the agreed history but the largest value is %llu",
              ok_values_.size(), ull(max_value)));
+    return;
+  }
+  // Every submitted request has completed (the liveness phase waited for it), so what the clients accepted
+  // is the whole story.
+  if (accepted_increments_ != max_value) {
+    fail(fmt("counter integrity: the clients accepted %llu successful increments but the agreed history has %llu",
+             ull(accepted_increments_), ull(max_value)));
     return;
   }
   for (const auto& [replica, value] : counter_values) {

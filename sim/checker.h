@@ -28,35 +28,68 @@
 //      read began and excludes every increment that began after it ended. It is checked with the clients'
 //      accepted values, which property 3 ties to the agreed history. It checks read-only reads (TOCS §5.1.3)
 //      that never enter the agreed history, and their ordered fallback.
+//   6. Checkpoint agreement: correct replicas that take or install a checkpoint at seq s hold the same digest
+//      (it covers the whole service state: with the shim, also every client's log of result digests, so equal
+//      digests mean the shim decided alike everywhere).
+//   7. Counter integrity as the clients saw it: at finish() (every submitted request has completed), the
+//      successful increments the clients accepted are exactly the successful increments of the agreed history.
+// PBFT-CS seeds (`shim`: ops and results are shim envelopes, NSDI'09 §3.2, §5):
+//   8. Predicates: a request the agreed history executed (shim status "executed") had every predicate true in
+//      the agreed history: each dependency was executed before it (at a seq not above its own, and reported
+//      first) with exactly the predicted result digest. So an operation built on a lie or a misprediction never
+//      reaches the service. A no-op for a failed predicate has a dependency whose agreed result differs; a
+//      no-op for an unknown dependency has dependencies; a malformed envelope never appears (correct clients
+//      send valid ones, and requests are authenticated by their clients). Different shim decisions at two
+//      correct replicas break property 2 (the status is part of the result) and are reported as such.
+//      Counter properties 4, 5 and 7 read the counter result inside the envelope; a no-op changes nothing.
+//   9. Speculation: a speculating client's final event (relay/spec_client.h) is an accepted result (property 3:
+//      its committed view never holds a rolled-back result); a kCommit after a delivered first reply has that
+//      first reply equal to the final result, a kRollback has a delivered first reply that differs, and a plain
+//      client never delivers first replies.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "protocol/client.h"
+#include "services/counter_service.h"
+#include "shim/envelope.h"
 #include "sim/recording_service.h"
 
 namespace bftfs::sim {
 
 enum class OpKind : std::uint8_t { kIncrement, kRead, kNull };
 
+// How a client reported a final result: a plain PBFT client's completion, or a speculating client's final
+// event (relay/spec_client.h).
+enum class FinalKind : std::uint8_t { kPlain, kCommit, kRollback };
+
 class Checker {
  public:
-  // `counter`: the service is the counter (properties 4 and 5 apply).
-  explicit Checker(bool counter);
+  // `counter`: the service is the counter (properties 4, 5 and 7 apply). `shim`: PBFT-CS, ops and results are
+  // shim envelopes (properties 8 and 9 apply).
+  explicit Checker(bool counter, bool shim = false);
 
   // Replica `replica` (correct) committed `digest` at `seq` (from Replica::committed_history()).
   void on_committed(NodeId replica, std::uint64_t seq, const Digest& digest);
+  // Correct replica `replica` took or installed the checkpoint `digest` at `seq` (its CheckpointRecord).
+  void on_checkpoint(NodeId replica, std::uint64_t seq, const Digest& digest);
   // An execution at correct replica `replica` became final.
   void on_final(NodeId replica, const ExecRecord& rec);
   // Client `client` submitted request `request_id`. `step` orders events in real time (strictly increasing
   // across the whole run).
   void on_submit(NodeId client, std::uint64_t request_id, OpKind kind, std::uint64_t step);
-  // Client `client` accepted `completion` at `step`.
-  void on_completion(NodeId client, const Completion& completion, std::uint64_t step);
+  // Speculating client `client` delivered a first reply (kFirst) for `request_id`; `result` is the whole result
+  // envelope it carried.
+  void on_first(NodeId client, std::uint64_t request_id, const Bytes& result);
+  // Client `client` accepted `completion` at `step` (for a speculating client, its final event of `kind`, with
+  // the whole result envelope).
+  void on_completion(NodeId client, const Completion& completion, std::uint64_t step,
+                     FinalKind kind = FinalKind::kPlain);
   // End of the run, after the liveness phase: properties that need the whole history. `counter_values` are
   // the counter values held by the correct replicas once they converged (counter service only).
   void finish(const std::vector<std::pair<NodeId, std::uint64_t>>& counter_values);
@@ -71,6 +104,8 @@ class Checker {
   std::uint64_t completions() const { return completions_; }
   std::uint64_t read_completions() const { return read_completions_; }
   std::uint64_t pending_completions() const { return pending_.size(); }
+  std::uint64_t shim_retries() const { return shim_retries_; }  // agreed requests the shim made no-ops
+  std::uint64_t checkpoints() const { return checkpoints_.size(); }
 
  private:
   using Key = std::pair<NodeId, std::uint64_t>;  // (client, request id)
@@ -78,6 +113,7 @@ class Checker {
     NodeId replica = 0;
     std::uint64_t seq = 0;
     Digest result_digest;
+    shim::ShimStatus shim_status = shim::ShimStatus::kExecuted;
   };
   struct Op {
     OpKind kind = OpKind::kNull;
@@ -86,6 +122,8 @@ class Checker {
     std::uint64_t complete_step = 0;
     bool has_value = false;  // a counter result with status ok
     std::uint64_t value = 0;
+    bool has_first = false;  // a speculating client delivered a first reply
+    Digest first_digest;
   };
   struct Pending {
     Digest result_digest;
@@ -93,16 +131,24 @@ class Checker {
   };
   void fail(std::string what);
   void check_real_time();
+  void check_predicates(NodeId replica, const ExecRecord& rec);
+  // The counter result a (possibly enveloped) result carries; false when it carries none (a no-op, or bytes
+  // that do not parse: `status` tells which).
+  bool counter_result(std::span<const std::uint8_t> result, shim::ShimStatus& status, CounterResult& out) const;
 
   bool counter_;
+  bool shim_;
   std::string violation_;
   std::map<std::uint64_t, std::pair<Digest, NodeId>> committed_;  // seq -> (digest, first replica seen)
   std::map<Key, Final> finals_;
   std::map<std::uint64_t, std::pair<std::uint64_t, Key>> ok_values_;  // value -> (seq, request)
   std::map<Key, Op> ops_;
   std::map<Key, Pending> pending_;  // accepted ordered results with no final execution yet
+  std::map<std::uint64_t, std::pair<Digest, NodeId>> checkpoints_;  // seq -> (digest, first replica seen)
   std::uint64_t completions_ = 0;
   std::uint64_t read_completions_ = 0;
+  std::uint64_t accepted_increments_ = 0;  // completed increments with a successful counter result
+  std::uint64_t shim_retries_ = 0;
 };
 
 std::string to_string(OpKind k);

@@ -5,7 +5,9 @@
 //   bftfs-sim --seed S [-v]                         one seed in this process (-v: every event and debug log)
 //   bftfs-sim --regressions                         every seed of sim/regression-seeds.txt
 //   common options: --ticks T (fault phase length), --f F, --no-byzantine, --scenario NAME,
-//                   --liveness-ticks T (bound on the liveness phase), --service counter|null
+//                   --liveness-ticks T (bound on the liveness phase), --service counter|null,
+//                   --cs 0|1 (PBFT-CS: 1 forces early replies, the shim and speculating clients; 0 forbids the
+//                   shim and speculating clients)
 // Exit status: 0 if every seed passed, 1 if any failed, 2 on a usage error.
 #include <unistd.h>
 
@@ -32,7 +34,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: bftfs-sim [--seeds N] [--start S] [--jobs J] [--seed S] [-v] [--regressions]\n"
                "                 [--ticks T] [--liveness-ticks T] [--f F] [--no-byzantine] [--scenario NAME]\n"
-               "                 [--service counter|null]\n"
+               "                 [--service counter|null] [--cs 0|1]\n"
                "scenarios:");
   for (const auto& s : bftfs::sim::scenario_names()) std::fprintf(stderr, " %s", s.c_str());
   for (int i = 1; i < static_cast<int>(bftfs::sim::Strategy::kCount); ++i) {
@@ -62,6 +64,21 @@ struct Totals {
   std::uint64_t seeds_with_byzantine = 0;
   std::uint64_t seeds_with_partition = 0;
   std::uint64_t seeds_with_read_only = 0;
+  // PBFT-CS: what the scenarios chose, and the marks of what ran.
+  std::uint64_t seeds_early = 0;
+  std::uint64_t seeds_shim = 0;
+  std::uint64_t seeds_lying = 0;
+  std::uint64_t seeds_full_cs = 0;  // early replies + shim + speculating clients + a lying primary
+  std::uint64_t seeds_lied = 0;     // ... the lying primary did lie
+  std::uint64_t seeds_full_cs_lied = 0;
+  std::uint64_t seeds_with_early_replies = 0;
+  std::uint64_t seeds_with_speculative_first = 0;
+  std::uint64_t seeds_with_client_rollback = 0;
+  std::uint64_t seeds_with_shim_retry = 0;
+  std::uint64_t seeds_with_open_batch_discarded = 0;
+  std::uint64_t seeds_with_early_lie = 0;
+  std::uint64_t seeds_with_fake_early_reply = 0;
+  std::uint64_t seeds_with_distrust = 0;
 
   void add(const SimStats& s) {
     const auto* from = reinterpret_cast<const std::uint64_t*>(&s);
@@ -77,6 +94,22 @@ struct Totals {
     seeds_with_byzantine += s.byzantine_replicas > 0 ? 1 : 0;
     seeds_with_partition += s.partitions > 0 ? 1 : 0;
     seeds_with_read_only += s.read_completions > 0 ? 1 : 0;
+    seeds_early += s.cs_early_replies;
+    seeds_shim += s.cs_shim;
+    seeds_lying += s.cs_lying_primary;
+    const bool full = s.cs_early_replies && s.cs_shim && s.cs_speculating_clients > 0 && s.cs_lying_primary;
+    const bool lied = s.early_lies + s.fake_early_replies > 0;
+    seeds_full_cs += full ? 1 : 0;
+    seeds_lied += lied ? 1 : 0;
+    seeds_full_cs_lied += full && lied ? 1 : 0;
+    seeds_with_early_replies += s.early_replies_sent > 0 ? 1 : 0;
+    seeds_with_speculative_first += s.speculative_firsts > 0 ? 1 : 0;
+    seeds_with_client_rollback += s.spec_rollbacks > 0 ? 1 : 0;
+    seeds_with_shim_retry += s.shim_retries > 0 ? 1 : 0;
+    seeds_with_open_batch_discarded += s.open_batches_discarded > 0 ? 1 : 0;
+    seeds_with_early_lie += s.early_lies > 0 ? 1 : 0;
+    seeds_with_fake_early_reply += s.fake_early_replies > 0 ? 1 : 0;
+    seeds_with_distrust += s.first_withheld_distrusted > 0 ? 1 : 0;
   }
 };
 
@@ -101,6 +134,13 @@ void print_stats(const SimStats& s, const char* indent) {
               indent, ull(s.byzantine_replicas), ull(s.byzantine_lies), ull(s.replica_rejected),
               ull(s.client_retransmissions), ull(s.read_only_fallbacks), ull(s.replies_rejected),
               ull(s.log_warnings), ull(s.log_errors));
+  std::printf("%sPBFT-CS: early replies sent %llu, received %llu, open-batch requests discarded %llu; first replies "
+              "delivered %llu (%llu early), withheld %llu distrusted / %llu doomed; client commits %llu, rollbacks %llu, "
+              "finals of doomed increments %llu; shim no-ops %llu; early replies lied %llu, for unordered requests %llu\n",
+              indent, ull(s.early_replies_sent), ull(s.early_replies_received), ull(s.open_batches_discarded),
+              ull(s.first_delivered), ull(s.speculative_firsts), ull(s.first_withheld_distrusted),
+              ull(s.first_withheld_doomed), ull(s.spec_commits), ull(s.spec_rollbacks), ull(s.spec_dead_finals),
+              ull(s.shim_retries), ull(s.early_lies), ull(s.fake_early_replies));
   std::printf("%sliveness: %llu ticks after healing; %llu runs needed a further request because a correct replica "
               "stayed behind (%llu such replicas, sim/FINDINGS.md)\n",
               indent, ull(s.liveness_ticks), ull(s.probes), ull(s.lagging_replicas));
@@ -170,6 +210,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       base.service = argv[++i];
+    } else if (a == "--cs") {
+      value(v);
+      if (v > 1) {
+        std::fprintf(stderr, "bftfs-sim: --cs must be 0 or 1\n");
+        return 2;
+      }
+      base.speculation = static_cast<int>(v);
     } else if (a == "-v" || a == "--verbose") {
       base.verbose = true;
     } else if (a == "--regressions") {
@@ -246,5 +293,17 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(totals.seeds_with_byzantine),
               static_cast<unsigned long long>(totals.seeds_with_partition),
               static_cast<unsigned long long>(totals.seeds_with_read_only));
+  auto ull = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::printf("  PBFT-CS seeds: early replies %llu, shim with speculating clients %llu, lying primary %llu (it lied in "
+              "%llu), all of them %llu (with lies %llu)\n",
+              ull(totals.seeds_early), ull(totals.seeds_shim), ull(totals.seeds_lying), ull(totals.seeds_lied),
+              ull(totals.seeds_full_cs), ull(totals.seeds_full_cs_lied));
+  std::printf("  PBFT-CS coverage (seeds where it ran): early replies sent %llu, speculative first replies delivered "
+              "%llu, rollbacks at a client %llu, shim retries %llu, open batches discarded %llu, lies in early "
+              "replies %llu, early replies for unordered requests %llu, primary distrusted (1%% rule) %llu\n",
+              ull(totals.seeds_with_early_replies), ull(totals.seeds_with_speculative_first),
+              ull(totals.seeds_with_client_rollback), ull(totals.seeds_with_shim_retry),
+              ull(totals.seeds_with_open_batch_discarded), ull(totals.seeds_with_early_lie),
+              ull(totals.seeds_with_fake_early_reply), ull(totals.seeds_with_distrust));
   return failed.empty() ? 0 : 1;
 }

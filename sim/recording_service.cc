@@ -1,12 +1,100 @@
 #include "sim/recording_service.h"
 
+#include <optional>
+
+#include "common/assert.h"
 #include "common/crypto.h"
+#include "shim/shim.h"
+#include "sim/strfmt.h"
 
 namespace bftfs::sim {
 
-RecordingService::RecordingService(Service& inner) : inner_(inner) {
+// ---- ExecutionProbe ----
+
+ExecutionProbe::ExecutionProbe(Service& inner) : inner_(inner) {}
+
+Bytes ExecutionProbe::execute(const ExecContext& ctx, std::span<const std::uint8_t> op) {
+  ++executions_;
+  return inner_.execute(ctx, op);
+}
+bool ExecutionProbe::execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) {
+  return inner_.execute_read_only(client, op, result);
+}
+void ExecutionProbe::commit_through(std::uint64_t seq) { inner_.commit_through(seq); }
+void ExecutionProbe::rollback_to(std::uint64_t seq) { inner_.rollback_to(seq); }
+CheckpointId ExecutionProbe::checkpoint(std::uint64_t seq) { return inner_.checkpoint(seq); }
+void ExecutionProbe::discard_checkpoints_below(std::uint64_t seq) { inner_.discard_checkpoints_below(seq); }
+CheckpointId ExecutionProbe::recovered_checkpoint() const { return inner_.recovered_checkpoint(); }
+std::uint64_t ExecutionProbe::partition_count() const { return inner_.partition_count(); }
+const PartitionTree& ExecutionProbe::checkpoint_tree(std::uint64_t seq) const { return inner_.checkpoint_tree(seq); }
+Bytes ExecutionProbe::read_partition(std::uint64_t seq, std::uint64_t index) const {
+  return inner_.read_partition(seq, index);
+}
+void ExecutionProbe::begin_install(std::uint64_t target_seq) { inner_.begin_install(target_seq); }
+void ExecutionProbe::install_partition(std::uint64_t index, std::span<const std::uint8_t> data) {
+  inner_.install_partition(index, data);
+}
+CheckpointId ExecutionProbe::finish_install(std::uint64_t target_seq) { return inner_.finish_install(target_seq); }
+
+// ---- RecordingService ----
+
+RecordingService::RecordingService(Service& inner, const shim::Shim* shim, const ExecutionProbe* probe)
+    : inner_(inner), shim_(shim), probe_(probe) {
+  BFT_ASSERT((shim == nullptr) == (probe == nullptr));
   committed_through_ = inner_.recovered_checkpoint().seq;
   last_executed_seq_ = committed_through_;
+}
+
+Bytes RecordingService::execute_audited(const ExecContext& ctx, std::span<const std::uint8_t> op, ExecRecord& rec) {
+  rec.enveloped = true;
+  std::span<const std::uint8_t> inner_op;
+  const bool valid = shim::decode_request(op, rec.deps, inner_op) == shim::DecodeError::kOk;
+  if (!valid) rec.deps.clear();
+  rec.op_kind = valid && !inner_op.empty() ? inner_op[0] : 0;
+  // What the shim's own log dictates, read before the execution changes the log (shim.h: the first
+  // dependency in list order that is missing or different decides).
+  shim::ShimStatus expected = valid ? shim::ShimStatus::kExecuted : shim::ShimStatus::kMalformed;
+  for (const shim::Dependency& d : rec.deps) {
+    const std::optional<Digest> logged = shim_->logged_digest(ctx.client, d.request_id);
+    if (!logged) {
+      expected = shim::ShimStatus::kRetryDependencyUnknown;
+      break;
+    }
+    if (*logged != d.result_digest) {
+      expected = shim::ShimStatus::kRetryPredicateFailed;
+      break;
+    }
+  }
+  const std::uint64_t inner_before = probe_->executions();
+  Bytes result = inner_.execute(ctx, op);
+  const std::uint64_t inner_runs = probe_->executions() - inner_before;
+  shim::ShimResult sr;
+  if (!shim::decode_result(result, sr)) {
+    breach(fmt("shim: s%llu c%u r%llu returned a result that is not an envelope (%zu bytes)", ull(ctx.seq),
+               ctx.client, ull(ctx.request_id), result.size()));
+    return result;
+  }
+  rec.shim_status = sr.status;
+  if (sr.status != expected) {
+    breach(fmt("shim decision: s%llu c%u r%llu with %zu dependencies returned %s but its log says %s", ull(ctx.seq),
+               ctx.client, ull(ctx.request_id), rec.deps.size(), std::string(shim::to_string(sr.status)).c_str(),
+               std::string(shim::to_string(expected)).c_str()));
+  }
+  const bool executed = sr.status == shim::ShimStatus::kExecuted;
+  if (inner_runs != (executed ? 1u : 0u)) {
+    breach(fmt("shim: s%llu c%u r%llu with status %s ran the inner service %llu times (a request whose predicate "
+               "is false must never reach the counter)",
+               ull(ctx.seq), ctx.client, ull(ctx.request_id), std::string(shim::to_string(sr.status)).c_str(),
+               ull(inner_runs)));
+  }
+  const std::optional<Digest> logged = shim_->logged_digest(ctx.client, ctx.request_id);
+  if (logged ? *logged != digest_of(result) : shim_->logged_entries(ctx.client) != 0 &&
+                                                  shim_->logged_entries(ctx.client) <
+                                                      shim_->options().log_entries_per_client) {
+    breach(fmt("shim log: s%llu c%u r%llu returned %s but logged %s", ull(ctx.seq), ctx.client, ull(ctx.request_id),
+               digest_of(result).short_hex().c_str(), logged ? logged->short_hex().c_str() : "nothing"));
+  }
+  return result;
 }
 
 void RecordingService::breach(std::string what) {
@@ -19,12 +107,17 @@ Bytes RecordingService::execute(const ExecContext& ctx, std::span<const std::uin
     breach("execute at seq " + std::to_string(ctx.seq) + " after seq " + std::to_string(last_executed_seq_));
   }
   last_executed_seq_ = ctx.seq;
-  Bytes result = inner_.execute(ctx, op);
   ExecRecord rec;
   rec.seq = ctx.seq;
   rec.client = ctx.client;
   rec.request_id = ctx.request_id;
-  rec.op_kind = op.empty() ? 0 : op[0];
+  Bytes result;
+  if (shim_ != nullptr) {
+    result = execute_audited(ctx, op, rec);
+  } else {
+    result = inner_.execute(ctx, op);
+    rec.op_kind = op.empty() ? 0 : op[0];
+  }
   rec.result_digest = digest_of(result);
   if (result.size() <= kRecordedResultBytesMax) rec.result = result;
   if (ctx.seq <= committed_through_) {

@@ -205,6 +205,8 @@ bool parse_regression_line(const std::string& line, SimConfig& out, bool& empty,
       c.service = value;
     } else if (key == "byzantine" && numeric && v <= 1) {
       c.byzantine = v == 1;
+    } else if (key == "cs" && numeric && v <= 1) {
+      c.speculation = static_cast<int>(v);
     } else {
       error = "bad option '" + word + "'";
       return false;

@@ -19,8 +19,11 @@
 #include "protocol/client.h"
 #include "protocol/replica.h"
 #include "protocol/wire.h"
+#include "relay/spec_client.h"
 #include "services/counter_service.h"
 #include "services/null_service.h"
+#include "shim/envelope.h"
+#include "shim/shim.h"
 #include "sim/byzantine.h"
 #include "sim/checker.h"
 #include "sim/network.h"
@@ -35,6 +38,7 @@ constexpr std::uint32_t kPpm = 1'000'000;
 constexpr std::uint32_t kClients = 3;
 constexpr std::uint64_t kLivenessOps = 3;       // requests each client must complete after the network heals
 constexpr std::uint32_t kPipelineWindow = 8;     // requests in flight of the pipelining client (null variant)
+constexpr std::uint32_t kSpecWindowMax = 8;      // increments in flight of a speculating client (1..8)
 constexpr std::uint64_t kArmedCrashTicksMax = 40;  // a crash "between persist and send" waits this long at most
 constexpr std::uint64_t kConvergeGraceTicks = 3000;  // liveness: time for the replicas to converge after clients
 constexpr std::uint64_t kSettleTicks = 1000;         // liveness: time for the others to execute the further request
@@ -91,6 +95,16 @@ struct Scenario {
   std::uint32_t think_ticks_max = 10;
   ReplicaOptions replica;
   ClientOptions client;
+  // PBFT-CS (NSDI'09 §3), drawn from a stream of its own (make_scenario).
+  bool shim = false;  // the replicas run the counter behind shim::Shim; the clients relay/spec_client.h
+  shim::ShimOptions shim_options;
+  std::vector<std::uint32_t> spec_windows;  // per client: 0 = does not speculate, else increments in flight
+  std::uint32_t failure_window = 100;       // SpecClientOptions: the 1% rule of §3.4
+  std::uint32_t failure_permille_max = 10;
+  // The Byzantine replicas lie in their early replies when primary (Byzantine::set_early_lies).
+  bool lying = false;
+  std::uint32_t early_lie_ppm = 0;
+  std::uint32_t fake_ppm = 0;
 
   std::string describe() const {
     std::string byz;
@@ -99,14 +113,27 @@ struct Scenario {
     }
     return fmt("mode=%s f=%u n=%u clients=%u%s service=%s byz=[%s] crash=%uppm net=delay%u-%u loss=%uppm "
                "dup=%uppm partition=%uppm slow=%uppm K=%llu L=%llu batch=%u/%u tentative=%d vc_timeout=%u "
-               "status=%u digests=%d early=%d",
+               "status=%u digests=%d early=%d%s",
                to_string(mode), f, n, clients, pipelining_client ? "+pipelining" : "",
                counter ? "counter" : "null", byz.c_str(), crash_ppm, net.delay_min_ticks, net.delay_max_ticks,
                net.loss_ppm, net.duplicate_ppm, partition_ppm, slow_ppm, ull(replica.checkpoint_interval),
                ull(replica.log_window), replica.batch_requests_max, replica.batch_window,
                replica.tentative_execution ? 1 : 0, replica.view_change_timeout_ticks,
                replica.status_interval_ticks, client.use_reply_digests ? 1 : 0,
-               replica.early_replies ? 1 : 0);
+               replica.early_replies ? 1 : 0, describe_cs().c_str());
+  }
+
+  std::string describe_cs() const {
+    if (!shim) return describe_lies();
+    std::string windows;
+    for (std::uint32_t w : spec_windows) windows += fmt("%s%u", windows.empty() ? "" : ",", w);
+    std::string out = fmt(" shim=%u/%u spec=[%s] trust=%u/%u", shim_options.log_entries_per_client,
+                          shim_options.clients_max, windows.c_str(), failure_permille_max, failure_window);
+    return out + describe_lies();
+  }
+
+  std::string describe_lies() const {
+    return lying ? fmt(" early-lies=%uppm fake=%uppm", early_lie_ppm, fake_ppm) : "";
   }
 };
 
@@ -166,6 +193,13 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
     error = "unknown service '" + c.service + "'";
     return false;
   }
+  if (c.speculation == 1) {
+    if (c.service == "null" || c.scenario == "null") {
+      error = "cs=1 (speculation) needs the counter service";
+      return false;
+    }
+    null_variant = false;  // speculating clients chain counter increments
+  }
   if (s.mode == Mode::kByzantine && !c.byzantine) {
     error = "scenario '" + name + "' needs Byzantine replicas";
     return false;
@@ -177,6 +211,7 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   // Replica and client parameters: small checkpoint intervals so that checkpoints, garbage collection and
   // state transfer happen within a short run.
   ReplicaOptions& ro = s.replica;
+  std::uint64_t lie_draw = 100;  // PBFT-CS stream: whether a primary lies in early replies (below)
   ro.n = s.n;
   ro.f = s.f;
   ro.checkpoint_interval = std::uint64_t{8} << p.below(3);  // 8, 16, 32
@@ -187,9 +222,36 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   ro.tentative_execution = p.chance(7, 10);
   {
     // PBFT-CS options come from their own stream so that adding them left every older seed's scenario as it was
-    // (the regression seeds in regression-seeds.txt keep replaying what they found).
+    // (the regression seeds in regression-seeds.txt keep replaying what they found). Every value is drawn
+    // whether it is used or not, always in this order, so that options added later keep these too.
     Prng cs(mix(c.seed, 0xC5EA21E5));
     ro.early_replies = cs.chance(1, 2);
+    const bool shim_draw = cs.chance(2, 3);
+    const bool second_speculates = cs.chance(1, 2);
+    std::uint32_t windows[kClients];
+    for (auto& w : windows) w = static_cast<std::uint32_t>(1 + cs.below(kSpecWindowMax));
+    const std::uint64_t trust_draw = cs.below(4);
+    const std::uint64_t log_draw = cs.below(10);
+    lie_draw = cs.below(100);
+    const std::uint32_t lie_rates[] = {50'000, 150'000, 400'000};
+    s.early_lie_ppm = lie_rates[cs.below(3)];
+    const std::uint32_t fake_rates[] = {0, 20'000, 60'000};
+    s.fake_ppm = fake_rates[cs.below(3)];
+    if (forced == Strategy::kLyingEarlyReplies) ro.early_replies = true;  // the strategy needs them
+    s.shim = c.speculation == 1 ||
+             (c.speculation == -1 && !null_variant && (shim_draw || forced == Strategy::kLyingEarlyReplies));
+    if (c.speculation == 1) ro.early_replies = true;
+    if (s.shim) {
+      // Client 0 always speculates, client 1 sometimes, client 2 never (a plain client over the shim).
+      s.spec_windows = {windows[0], second_speculates ? windows[1] : 0, 0};
+      // The 1% rule as the paper has it, a looser one, or none (so that lies keep reaching the clients).
+      s.failure_window = trust_draw == 1 ? 10 : 100;
+      s.failure_permille_max = trust_draw == 0 ? 10 : (trust_draw == 1 ? 300 : 1000);
+      // Shim logs at the smallest size allowed, larger ones, and rarely a client limit that leaves the last
+      // client to appear unlogged (its dependent requests then always retry: shim.h).
+      s.shim_options.log_entries_per_client = log_draw < 5 ? 64 : (log_draw < 8 ? 128 : 1024);
+      s.shim_options.clients_max = log_draw == 9 ? kClients - 1 : kClients;
+    }
   }
   ro.client_window = 16;
   ro.view_change_timeout_ticks = static_cast<std::uint32_t>(p.range(80, 250));
@@ -205,6 +267,14 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   co.retransmit_ticks_max = 1600;
   co.first_request_id = 1;
   co.use_reply_digests = p.chance(7, 10);
+  // ClientOptions::window must not exceed the replicas' client_window (client.h): a request further ahead
+  // would make a lagging one stale.
+  std::uint32_t window_max = s.pipelining_client ? kPipelineWindow : co.window;
+  for (std::uint32_t w : s.spec_windows) window_max = std::max(window_max, w);
+  if (window_max > ro.client_window) {
+    error = fmt("client window %u exceeds the replicas' client_window %u", window_max, ro.client_window);
+    return false;
+  }
 
   // Network.
   s.net.delay_min_ticks = static_cast<std::uint32_t>(p.range(1, 2));
@@ -236,7 +306,7 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
     for (std::uint32_t i = 0; i < count; ++i) {
       Strategy st = forced;
       if (st == Strategy::kNone) {
-        st = static_cast<Strategy>(1 + p.below(static_cast<std::uint64_t>(Strategy::kCount) - 1));
+        st = static_cast<Strategy>(1 + p.below(static_cast<std::uint64_t>(kLastClassicStrategy)));
       }
       // Primary-only strategies take the primaries of the first views, in order; others any free replica.
       NodeId id = 0;
@@ -251,8 +321,62 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
       s.byzantine.emplace_back(id, st);
     }
   }
+  // PBFT-CS: a primary that lies in its early replies (NSDI'09 §3.4), decided by the PBFT-CS stream on top of
+  // what the main stream chose. In Byzantine seeds every Byzantine replica lies in early replies when it is
+  // primary, and replica 0 (the first primary) joins them if the budget of f allows; in other seeds replica 0
+  // becomes a Byzantine replica that does nothing but that (less often where crashes need the fault budget:
+  // with f = 1 a lying primary leaves none for crashes).
+  const bool forced_lying = forced == Strategy::kLyingEarlyReplies;
+  if (s.counter && ro.early_replies && c.byzantine && (c.speculation != 0 || forced_lying)) {
+    const bool crashes = s.mode == Mode::kCrash || s.mode == Mode::kAllCrash;
+    const std::uint64_t odds = s.mode == Mode::kByzantine ? 75 : (!crashes ? 90 : (s.f >= 2 ? 75 : 25));
+    if (forced_lying || lie_draw < odds) {
+      s.lying = true;
+      bool primary_taken = false;
+      for (const auto& [id, st] : s.byzantine) primary_taken = primary_taken || id == 0;
+      if (!primary_taken && s.byzantine.size() < s.f) {
+        s.byzantine.insert(s.byzantine.begin(), {NodeId{0}, Strategy::kLyingEarlyReplies});
+      }
+    }
+  }
   return true;
 }
+
+// SimConfig::sabotage_predicates: a Service decorator that drops the dependencies of every predicated request
+// before the shim below it decides, as a replica that ignored predicates would.
+class PredicateStripper final : public Service {
+ public:
+  explicit PredicateStripper(Service& inner) : inner_(inner) {}
+  Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) override {
+    std::vector<shim::Dependency> deps;
+    std::span<const std::uint8_t> inner_op;
+    if (shim::decode_request(op, deps, inner_op) != shim::DecodeError::kOk || deps.empty()) {
+      return inner_.execute(ctx, op);
+    }
+    return inner_.execute(ctx, shim::encode_request({}, inner_op));
+  }
+  bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override {
+    return inner_.execute_read_only(client, op, result);
+  }
+  void commit_through(std::uint64_t seq) override { inner_.commit_through(seq); }
+  void rollback_to(std::uint64_t seq) override { inner_.rollback_to(seq); }
+  CheckpointId checkpoint(std::uint64_t seq) override { return inner_.checkpoint(seq); }
+  void discard_checkpoints_below(std::uint64_t seq) override { inner_.discard_checkpoints_below(seq); }
+  CheckpointId recovered_checkpoint() const override { return inner_.recovered_checkpoint(); }
+  std::uint64_t partition_count() const override { return inner_.partition_count(); }
+  const PartitionTree& checkpoint_tree(std::uint64_t seq) const override { return inner_.checkpoint_tree(seq); }
+  Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override {
+    return inner_.read_partition(seq, index);
+  }
+  void begin_install(std::uint64_t target_seq) override { inner_.begin_install(target_seq); }
+  void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override {
+    inner_.install_partition(index, data);
+  }
+  CheckpointId finish_install(std::uint64_t target_seq) override { return inner_.finish_install(target_seq); }
+
+ private:
+  Service& inner_;
+};
 
 // What a correct replica promised must be backed by its durable records ("durable before sent", effects.h):
 // the index of those records.
@@ -281,6 +405,9 @@ struct ReplicaNode {
   PromiseIndex promises;
   std::unique_ptr<Service> service;  // the incarnation's service (CounterService or NullService)
   CounterService* counter = nullptr;
+  std::unique_ptr<ExecutionProbe> probe;  // PBFT-CS: between the shim and the counter
+  std::unique_ptr<shim::Shim> shim;       // PBFT-CS: the shim over the probe
+  std::unique_ptr<PredicateStripper> stripper;  // SimConfig::sabotage_predicates: over the shim
   std::unique_ptr<RecordingService> recording;
   std::unique_ptr<Replica> replica;
   std::unique_ptr<Byzantine> byz;
@@ -297,9 +424,23 @@ struct ReplicaNode {
 struct ClientNode {
   NodeId id = 0;
   std::unique_ptr<Crypto> crypto;
-  std::unique_ptr<Client> client;
+  std::unique_ptr<Client> client;    // a plain PBFT client (seeds without the shim)
+  std::unique_ptr<SpecClient> spec;  // the PBFT-CS client library (shim seeds), speculating or not
   bool pipelining = false;
-  std::uint64_t token = 0;
+  std::uint64_t token = 0;  // the token of the next increment
+  // A speculating counter client (spec_window > 0; NSDI'09 §6.1 with §3.2): each increment presents the token
+  // of the previous increment's first reply and is predicated on that reply, up to spec_window in flight. When
+  // a final event shows a prediction failed, everything submitted after it relied on it (directly or through
+  // the chain) and comes back as a no-op; the client waits for those, then continues from the newest result
+  // that executed.
+  std::uint32_t spec_window = 0;
+  std::deque<std::uint64_t> chain;  // live increments in flight, in submission order
+  std::set<std::uint64_t> dead;     // in flight, relying on a failed prediction
+  bool waiting_first = false;       // the newest live increment has no usable reply yet: next token unknown
+  bool recovering = false;          // a prediction failed: wait until nothing is in flight, then resume
+  std::uint64_t committed_id = 0;   // the newest increment whose final result executed, and its next token
+  std::uint64_t committed_token = 0;
+  std::set<std::pair<std::uint64_t, NodeId>> speculative_seen;  // (request, replica): early replies received
   std::map<std::uint64_t, OpKind> outstanding;
   std::uint64_t next_submit_tick = 0;
   std::uint64_t completed = 0;
@@ -317,6 +458,8 @@ void add_stats(ReplicaStats& into, const ReplicaStats& s) {
   into.state_transfers += s.state_transfers;
   into.state_transfer_bytes += s.state_transfer_bytes;
   into.rollbacks += s.rollbacks;
+  into.early_replies += s.early_replies;
+  into.open_batches_discarded += s.open_batches_discarded;
   into.rejected_bad_authenticator += s.rejected_bad_authenticator;
   into.rejected_bad_signature += s.rejected_bad_signature;
   into.rejected_out_of_window += s.rejected_out_of_window;
@@ -408,7 +551,17 @@ class Simulation {
   void submit_one(ClientNode& c, bool allow_read);
   bool at_target(const ReplicaNode& r, std::uint64_t target) const;
   std::uint64_t target_seq() const;
-  void on_completion(ClientNode& c, const Completion& comp);
+  void on_completion(ClientNode& c, const Completion& comp, FinalKind kind);
+  // The speculating counter client (ClientNode::spec_window > 0).
+  void on_spec_event(ClientNode& c, SpecEvent& ev);
+  void spec_pump(ClientNode& c);    // submits while the chain may grow
+  void spec_submit(ClientNode& c);  // the next increment, predicated on the newest live one
+  void spec_on_final(ClientNode& c, const SpecEvent& ev);
+  void spec_resume(ClientNode& c);  // after a failure: continue once nothing is in flight
+  static std::size_t in_flight(const ClientNode& c) { return c.spec ? c.spec->in_flight() : c.client->in_flight(); }
+  static const ClientStats& core_stats(const ClientNode& c) {
+    return c.spec ? c.spec->client_stats() : c.client->stats();
+  }
   void start_liveness();
   bool clients_done() const;
   bool converged(std::string* why) const;
@@ -516,7 +669,7 @@ void Simulation::setup() {
   if (!make_scenario(config_, sc_, error)) fail("bad configuration: " + error);
   nodes_ = sc_.n + sc_.clients;
   net_ = std::make_unique<Network>(nodes_, sc_.net, net_prng_);
-  checker_ = std::make_unique<Checker>(sc_.counter);
+  checker_ = std::make_unique<Checker>(sc_.counter, sc_.shim);
 
   std::map<NodeId, PublicKeys> pubs;
   std::vector<SecretKeys> secs(nodes_);
@@ -533,8 +686,12 @@ void Simulation::setup() {
     ReplicaNode& r = *replicas_[id];
     r.byz = std::make_unique<Byzantine>(strategy, id, sc_.n, nodes_, *r.crypto, mix(config_.seed, 0xB12 + id),
                                         sc_.replica.log_window);
+    if (sc_.lying) r.byz->set_early_lies(sc_.early_lie_ppm, sc_.fake_ppm, sc_.shim);
   }
+  stats_.cs_lying_primary = sc_.lying && !sc_.byzantine.empty() ? 1 : 0;
   stats_.byzantine_replicas = sc_.byzantine.size();
+  stats_.cs_early_replies = sc_.replica.early_replies ? 1 : 0;
+  stats_.cs_shim = sc_.shim ? 1 : 0;
   for (std::uint32_t j = 0; j < sc_.clients; ++j) {
     auto c = std::make_unique<ClientNode>();
     c->id = sc_.n + j;
@@ -542,8 +699,21 @@ void Simulation::setup() {
     c->pipelining = sc_.pipelining_client && j + 1 == sc_.clients;
     ClientOptions co = sc_.client;
     if (c->pipelining) co.window = kPipelineWindow;
-    c->client = std::make_unique<Client>(co, c->id, *c->crypto, mix(config_.seed, 0xC11 + c->id));
+    if (sc_.shim) {
+      c->spec_window = sc_.spec_windows[j];
+      SpecClientOptions so;
+      so.client = co;
+      so.client.window = std::max<std::uint32_t>(c->spec_window, 1);
+      so.speculate = c->spec_window > 0;
+      so.failure_window = sc_.failure_window;
+      so.failure_permille_max = sc_.failure_permille_max;
+      c->spec = std::make_unique<SpecClient>(so, c->id, *c->crypto, mix(config_.seed, 0xC11 + c->id));
+      stats_.cs_speculating_clients += c->spec_window > 0 ? 1 : 0;
+    } else {
+      c->client = std::make_unique<Client>(co, c->id, *c->crypto, mix(config_.seed, 0xC11 + c->id));
+    }
     c->token = counter_initial_token(c->id);
+    c->committed_token = c->token;
     clients_.push_back(std::move(c));
   }
   event("scenario " + sc_.describe());
@@ -562,7 +732,18 @@ void Simulation::start_replica(ReplicaNode& r, bool recovering) {
     r.counter = nullptr;
     r.service = std::make_unique<NullService>(&r.store);
   }
-  r.recording = std::make_unique<RecordingService>(*r.service);
+  Service* top = r.service.get();
+  if (sc_.shim) {
+    // Recovers the shim's logs of the counter's recovered checkpoint from the same store (shim.h).
+    r.probe = std::make_unique<ExecutionProbe>(*r.service);
+    r.shim = std::make_unique<shim::Shim>(*r.probe, &r.store, sc_.shim_options);
+    top = r.shim.get();
+    if (config_.sabotage_predicates && correct(r)) {
+      r.stripper = std::make_unique<PredicateStripper>(*r.shim);
+      top = r.stripper.get();
+    }
+  }
+  r.recording = std::make_unique<RecordingService>(*top, r.shim.get(), r.probe.get());
   r.replica = std::make_unique<Replica>(sc_.replica, r.id, *r.recording, *r.crypto,
                                         mix(config_.seed, r.id * 1000 + r.incarnation));
   if (r.byz) {
@@ -587,6 +768,9 @@ void Simulation::crash_replica(ReplicaNode& r, const char* how) {
   // The core first (it refers to the service), then the service; the store and the log stay.
   r.replica.reset();
   r.recording.reset();
+  r.stripper.reset();
+  r.shim.reset();
+  r.probe.reset();
   r.counter = nullptr;
   r.service.reset();
   r.up = false;
@@ -612,6 +796,9 @@ void Simulation::crash_replica(ReplicaNode& r, const char* how) {
 void Simulation::append_record(ReplicaNode& r, const PersistRecord& rec) {
   r.log.push_back(rec);
   r.promises.add(rec);
+  if (const auto* cr = std::get_if<CheckpointRecord>(&rec); cr != nullptr && correct(r)) {
+    checker_->on_checkpoint(r.id, cr->seq, cr->digest);
+  }
 }
 
 void Simulation::check_promise(const ReplicaNode& r, const Send& send) {
@@ -664,10 +851,19 @@ void Simulation::drain_replica(ReplicaNode& r) {
 }
 
 void Simulation::drain_client(ClientNode& c) {
-  Effects e = c.client->take_effects();
-  if (!e.persist.empty()) fail(fmt("client %u asked to persist records", c.id));
-  for (const auto& s : e.sends) route(c.id, s, *c.crypto, nullptr);
-  for (const auto& comp : c.client->take_completions()) on_completion(c, comp);
+  // Events may submit further requests (a speculating client chains on first replies): drain until quiet.
+  for (;;) {
+    Effects e = c.spec ? c.spec->take_effects() : c.client->take_effects();
+    if (!e.persist.empty()) fail(fmt("client %u asked to persist records", c.id));
+    for (const auto& s : e.sends) route(c.id, s, *c.crypto, nullptr);
+    if (!c.spec) {
+      for (const auto& comp : c.client->take_completions()) on_completion(c, comp, FinalKind::kPlain);
+      return;
+    }
+    std::vector<SpecEvent> events = c.spec->take_events();
+    if (events.empty()) return;
+    for (SpecEvent& ev : events) on_spec_event(c, ev);
+  }
 }
 
 void Simulation::route(NodeId from, const Send& send, const Crypto& crypto, Byzantine* byz) {
@@ -715,13 +911,34 @@ void Simulation::deliver(Packet& p) {
   event(fmt("deliver %u->%u %s", d.sender, p.to, describe(d.message).c_str()));
   if (to_replica) {
     ReplicaNode& r = *replicas_[p.to];
-    if (r.byz) r.byz->observe(d.sender, d.message);
+    if (r.byz) {
+      r.byz->observe(d.sender, d.message);
+      std::vector<Byzantine::Injection> injected;
+      const bool admitted = r.byz->admit(d.sender, d.message, r.replica->view(), r.replica->is_primary(), injected);
+      for (auto& inj : injected) {
+        event(fmt("r%u injects a fake early reply to %u", r.id, inj.to));
+        net_->send(r.id, inj.to, std::move(inj.frame), now_);
+      }
+      if (!admitted) {
+        event(fmt("r%u swallows %s", r.id, describe(d.message).c_str()));
+        return;
+      }
+    }
     r.replica->on_message(d.sender, d.message);
     drain_replica(r);
     after_replica_step(r);
   } else {
     ClientNode& c = *clients_[p.to - sc_.n];
-    c.client->on_message(d.sender, d.message);
+    if (!c.spec) {
+      c.client->on_message(d.sender, d.message);
+    } else {
+      if (const auto* rep = std::get_if<Reply>(&d.message);
+          rep != nullptr && (rep->flags & kReplySpeculative) != 0 && (rep->flags & kReplyHasResult) != 0) {
+        ++stats_.early_replies_received;
+        c.speculative_seen.emplace(rep->request_id, d.sender);
+      }
+      c.spec->on_message(d.sender, d.message);
+    }
     drain_client(c);
   }
 }
@@ -751,8 +968,8 @@ void Simulation::after_replica_step(ReplicaNode& r) {
   if (!log_error_.empty()) fail("ERROR logged: " + log_error_);
 }
 
-void Simulation::on_completion(ClientNode& c, const Completion& comp) {
-  checker_->on_completion(c.id, comp, step_);
+void Simulation::on_completion(ClientNode& c, const Completion& comp, FinalKind final_kind) {
+  checker_->on_completion(c.id, comp, step_, final_kind);
   auto it = c.outstanding.find(comp.request_id);
   OpKind kind = OpKind::kNull;
   if (it != c.outstanding.end()) {
@@ -761,20 +978,139 @@ void Simulation::on_completion(ClientNode& c, const Completion& comp) {
   }
   std::string detail;
   if (sc_.counter) {
+    std::span<const std::uint8_t> inner = comp.result;
+    shim::ShimResult sr;
+    if (sc_.shim && shim::decode_result(comp.result, sr)) {
+      detail = fmt(" %s", std::string(shim::to_string(sr.status)).c_str());
+      inner = sr.inner;
+    }
     CounterResult res;
-    if (parse_counter_result(comp.result, res)) {
-      detail = fmt(" status=%u value=%llu", res.status, ull(res.value));
-      // The next increment presents the token of this reply (a refused one tells the token to use).
-      if (kind == OpKind::kIncrement) c.token = res.next_token;
+    if (parse_counter_result(inner, res)) {
+      detail += fmt(" status=%u value=%llu", res.status, ull(res.value));
+      // The next increment presents the token of this reply (a refused one tells the token to use). A
+      // speculating client keeps its own chain of tokens (spec_on_final).
+      if (kind == OpKind::kIncrement && c.spec_window == 0) c.token = res.next_token;
     }
   }
-  event(fmt("complete c%u r%llu %s v%llu%s%s", c.id, ull(comp.request_id), to_string(kind).c_str(), ull(comp.view),
-            comp.read_only ? " read-only" : "", detail.c_str()));
+  const char* how = final_kind == FinalKind::kCommit ? " commit" : (final_kind == FinalKind::kRollback ? " ROLLBACK" : "");
+  event(fmt("complete c%u r%llu %s v%llu%s%s%s", c.id, ull(comp.request_id), to_string(kind).c_str(), ull(comp.view),
+            comp.read_only ? " read-only" : "", how, detail.c_str()));
   ++c.completed;
   c.newest_completed = std::max(c.newest_completed, comp.request_id);
   if (phase_ == Phase::kLiveness) ++c.completed_after_heal;
   c.next_submit_tick = now_ + prng_.below(std::uint64_t{sc_.think_ticks_max} + 1);
   if (checker_->failed()) fail(checker_->violation());
+}
+
+void Simulation::on_spec_event(ClientNode& c, SpecEvent& ev) {
+  // The checker sees whole result envelopes, as the replicas returned them (decode_result is canonical).
+  Bytes envelope = shim::encode_result(ev.status, ev.result);
+  if (ev.kind == SpecEventKind::kFirst) {
+    checker_->on_first(c.id, ev.id, envelope);
+    const bool speculative = c.speculative_seen.count({ev.id, ev.from}) != 0;
+    stats_.speculative_firsts += speculative ? 1 : 0;
+    event(fmt("first c%u r%llu from r%u%s %s %s", c.id, ull(ev.id), ev.from, speculative ? " (early)" : "",
+              std::string(shim::to_string(ev.status)).c_str(), digest_of(envelope).short_hex().c_str()));
+    if (checker_->failed()) fail(checker_->violation());
+    if (c.spec_window == 0 || c.dead.count(ev.id) != 0) return;
+    // Speculate only on the newest live increment's reply, and only on a successful increment.
+    CounterResult cr;
+    if (c.waiting_first && !c.chain.empty() && c.chain.back() == ev.id && ev.status == shim::ShimStatus::kExecuted &&
+        parse_counter_result(ev.result, cr) && cr.status == 0) {
+      c.token = cr.next_token;
+      c.waiting_first = false;
+      spec_pump(c);
+    }
+    return;
+  }
+  c.speculative_seen.erase(c.speculative_seen.lower_bound({ev.id, 0}), c.speculative_seen.upper_bound({ev.id, ~NodeId{0}}));
+  Completion comp;
+  comp.request_id = ev.id;
+  comp.wire_request_id = ev.id;
+  comp.result = std::move(envelope);
+  on_completion(c, comp, ev.kind == SpecEventKind::kRollback ? FinalKind::kRollback : FinalKind::kCommit);
+  if (c.spec_window > 0) spec_on_final(c, ev);
+}
+
+void Simulation::spec_pump(ClientNode& c) {
+  while (!c.stopped && !c.recovering && !c.waiting_first && c.chain.size() < c.spec_window &&
+         now_ >= c.next_submit_tick) {
+    spec_submit(c);
+  }
+}
+
+void Simulation::spec_submit(ClientNode& c) {
+  BFT_ASSERT(!c.waiting_first);
+  BFT_ASSERT(!c.recovering);
+  // The newest live increment had its first reply delivered (that is where the token comes from): the new one
+  // is predicated on it. With nothing live, the token comes from a final result and needs no predicate.
+  std::vector<SpecDependency> deps;
+  if (!c.chain.empty()) deps.push_back(SpecDependency{c.chain.back(), std::nullopt});
+  ++step_;
+  const std::uint64_t rid = c.spec->submit(counter_increment_op(c.token), deps);
+  checker_->on_submit(c.id, rid, OpKind::kIncrement, step_);
+  c.outstanding[rid] = OpKind::kIncrement;
+  c.chain.push_back(rid);
+  c.waiting_first = true;
+  ++stats_.submitted;
+  event(deps.empty() ? fmt("submit c%u r%llu increment", c.id, ull(rid))
+                     : fmt("submit c%u r%llu increment on r%llu", c.id, ull(rid), ull(deps[0].id)));
+  if (checker_->failed()) fail(checker_->violation());
+}
+
+void Simulation::spec_on_final(ClientNode& c, const SpecEvent& ev) {
+  CounterResult cr;
+  const bool executed = ev.status == shim::ShimStatus::kExecuted && parse_counter_result(ev.result, cr);
+  if (c.dead.erase(ev.id) != 0) {
+    // It relied on a failed prediction: the replicas must have made it a no-op (NSDI'09 §3.2).
+    ++stats_.spec_dead_finals;
+    if (executed) {
+      fail(fmt("speculation: client %u increment r%llu relied on a failed prediction but executed (value %llu)", c.id,
+               ull(ev.id), ull(cr.value)));
+    }
+    spec_resume(c);
+    return;
+  }
+  auto it = std::find(c.chain.begin(), c.chain.end(), ev.id);
+  if (it == c.chain.end()) fail(fmt("speculation: client %u got a final event for r%llu, not in flight", c.id, ull(ev.id)));
+  const bool newest = it + 1 == c.chain.end();
+  if (executed) {
+    // Every increment of a speculating client presents the token of the result it was predicated on, or of a
+    // final one: a refused token means a prediction that failed was acted on anyway.
+    if (cr.status != 0) {
+      fail(fmt("speculation: client %u increment r%llu reached the counter with a stale token", c.id, ull(ev.id)));
+    }
+    if (ev.id > c.committed_id) {
+      c.committed_id = ev.id;
+      c.committed_token = cr.next_token;
+    }
+  }
+  if (ev.kind == SpecEventKind::kCommit && executed) {
+    c.chain.erase(it);
+    if (newest && c.waiting_first) {  // no first reply was used (withheld, or none came first): now it is known
+      c.token = cr.next_token;
+      c.waiting_first = false;
+    }
+    spec_resume(c);
+    return;
+  }
+  // A rollback or a no-op: everything after it in the chain relied on it.
+  for (auto later = it + 1; later != c.chain.end(); ++later) c.dead.insert(*later);
+  c.chain.erase(it, c.chain.end());
+  c.recovering = true;
+  c.waiting_first = false;
+  spec_resume(c);
+}
+
+void Simulation::spec_resume(ClientNode& c) {
+  // Finals may arrive in any order: an older increment may still be in flight when a newer one failed, so
+  // recovery waits for the chain and the dead to drain, whichever way each of them ends.
+  if (c.recovering && c.chain.empty() && c.dead.empty()) {
+    c.recovering = false;
+    c.token = c.committed_token;
+    event(fmt("c%u resumes from r%llu", c.id, ull(c.committed_id)));
+  }
+  spec_pump(c);
 }
 
 void Simulation::workload(ClientNode& c) {
@@ -783,8 +1119,13 @@ void Simulation::workload(ClientNode& c) {
     c.stopped = true;
     return;
   }
+  if (c.spec_window > 0) {
+    spec_pump(c);
+    drain_client(c);
+    return;
+  }
   const std::size_t window = c.pipelining ? kPipelineWindow : 1;
-  while (c.client->in_flight() < window && now_ >= c.next_submit_tick) submit_one(c, true);
+  while (in_flight(c) < window && now_ >= c.next_submit_tick) submit_one(c, true);
 }
 
 void Simulation::submit_one(ClientNode& c, bool allow_read) {
@@ -802,7 +1143,8 @@ void Simulation::submit_one(ClientNode& c, bool allow_read) {
     kind = OpKind::kIncrement;
   }
   ++step_;
-  const std::uint64_t rid = c.client->submit(std::move(op), read_only);
+  const std::uint64_t rid =
+      c.spec ? c.spec->submit(std::move(op), {}, read_only) : c.client->submit(std::move(op), read_only);
   checker_->on_submit(c.id, rid, kind, step_);
   c.outstanding[rid] = kind;
   ++stats_.submitted;
@@ -916,7 +1258,11 @@ void Simulation::tick_once() {
   }
   for (auto& c : clients_) {
     ++step_;
-    c->client->on_tick();
+    if (c->spec) {
+      c->spec->on_tick();
+    } else {
+      c->client->on_tick();
+    }
     drain_client(*c);
   }
   ++now_;
@@ -942,7 +1288,7 @@ void Simulation::start_liveness() {
 
 bool Simulation::clients_done() const {
   for (const auto& c : clients_) {
-    if (!c->stopped || c->client->in_flight() != 0) return false;
+    if (!c->stopped || in_flight(*c) != 0) return false;
   }
   return true;
 }
@@ -1000,13 +1346,19 @@ void Simulation::collect_stats() {
       add_stats(total, r->replica->stats());
       stats_.service_rollbacks += r->recording->rollbacks();
     }
-    if (r->byz) stats_.byzantine_lies += r->byz->lies();
+    if (r->byz) {
+      stats_.byzantine_lies += r->byz->lies();
+      stats_.early_lies += r->byz->early_lies();
+      stats_.fake_early_replies += r->byz->fake_early_replies();
+    }
   }
   stats_.requests_executed = total.requests_executed;
   stats_.view_changes_started = total.view_changes_started;
   stats_.new_views_installed = total.new_views_installed;
   stats_.state_transfers = total.state_transfers;
   stats_.replica_rollbacks = total.rollbacks;
+  stats_.early_replies_sent = total.early_replies;
+  stats_.open_batches_discarded = total.open_batches_discarded;
   stats_.replica_rejected = total.rejected_bad_authenticator + total.rejected_bad_signature +
                             total.rejected_out_of_window + total.rejected_wrong_view + total.rejected_conflict +
                             total.rejected_invalid;
@@ -1016,10 +1368,20 @@ void Simulation::collect_stats() {
     stats_.committed_seqs = checker_->max_committed_seq();
   }
   for (const auto& c : clients_) {
-    stats_.client_retransmissions += c->client->stats().retransmissions;
-    stats_.read_only_fallbacks += c->client->stats().read_only_fallbacks;
-    stats_.replies_rejected += c->client->stats().replies_rejected;
+    const ClientStats& cs = core_stats(*c);
+    stats_.client_retransmissions += cs.retransmissions;
+    stats_.read_only_fallbacks += cs.read_only_fallbacks;
+    stats_.replies_rejected += cs.replies_rejected;
+    if (c->spec) {
+      const SpecClientStats& ss = c->spec->stats();
+      stats_.first_delivered += ss.first_delivered;
+      stats_.first_withheld_distrusted += ss.first_withheld_distrusted;
+      stats_.first_withheld_doomed += ss.first_withheld_doomed;
+      stats_.spec_commits += ss.commits;
+      stats_.spec_rollbacks += ss.rollbacks;
+    }
   }
+  if (checker_) stats_.shim_retries = checker_->shim_retries();
   if (net_) {
     const NetworkStats& n = net_->stats();
     stats_.frames_sent = n.sent;
@@ -1057,13 +1419,13 @@ SimResult Simulation::run() {
       if (now_ - liveness_start_ >= config_.liveness_ticks_max) {
         std::string outstanding;
         for (const auto& c : clients_) {
-          if (c->client->in_flight() != 0 || !c->stopped) {
+          if (in_flight(*c) != 0 || !c->stopped) {
             outstanding += fmt(" client %u: %zu in flight (oldest r%llu, newest completed r%llu), %llu of %llu "
-                               "done, view %llu;",
-                               c->id, c->client->in_flight(),
+                               "done, %llu completed in all;",
+                               c->id, in_flight(*c),
                                ull(c->outstanding.empty() ? 0 : c->outstanding.begin()->first),
                                ull(c->newest_completed), ull(c->completed_after_heal), ull(kLivenessOps),
-                               ull(c->client->view()));
+                               ull(core_stats(*c).completed));
           }
         }
         (void)converged(&why);
@@ -1090,7 +1452,12 @@ SimResult Simulation::run() {
           ++stats_.probes;
           ClientNode& c = *clients_.front();
           c.next_submit_tick = now_;
-          submit_one(c, false);  // ordered: it must go through agreement
+          if (c.spec_window > 0) {
+            spec_submit(c);  // nothing is in flight: an increment on the committed token, without predicates
+            drain_client(c);
+          } else {
+            submit_one(c, false);  // ordered: it must go through agreement
+          }
         }
       } else if (stage == Stage::kProbe && clients_done() && checker_->pending_completions() == 0) {
         // (An accepted result may rest on 2f+1 tentative replies: wait until it is final somewhere.) Then give
@@ -1120,6 +1487,7 @@ SimResult Simulation::run() {
     if (!config_.scenario.empty()) repro += " --scenario " + config_.scenario;
     if (!config_.service.empty()) repro += " --service " + config_.service;
     if (!config_.byzantine) repro += " --no-byzantine";
+    if (config_.speculation >= 0) repro += fmt(" --cs %d", config_.speculation);
     result.failure = fmt("FAIL seed=%llu step=%llu tick=%llu phase=%s: ", ull(config_.seed), ull(step_), ull(now_),
                          phase_name()) +
                      v.what + "\n  scenario: " + sc_.describe() + "\n  reproduce: " + repro + " -v\n  last " +

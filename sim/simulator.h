@@ -3,7 +3,11 @@
 //
 // One run builds n = 3f+1 real Replica cores (each over a CounterService or NullService wrapped in a
 // RecordingService, with an in-memory SnapshotStore and a durable record list that survive crashes) and m
-// real Client cores, and drives them with logical ticks. Every message goes through the real wire codec
+// real Client cores, and drives them with logical ticks. PBFT-CS seeds (Wester et al., NSDI'09 §3) run the
+// counter behind shim::Shim on every replica, with primaries that execute early (ReplicaOptions::early_replies)
+// and clients built on the speculation library (relay/spec_client.h): speculating counter clients that chain
+// increments on first replies, and plain clients over the shim; a Byzantine primary may lie in its early
+// replies (sim/byzantine.h). Every message goes through the real wire codec
 // (encode with the sender's keys, decode and authenticate with the receiver's), a simulated network (delay,
 // loss, duplication, reordering, partitions, slow links), crashes and restarts (including a crash between
 // persisting and sending, and a crash of every replica at once), and up to f Byzantine replicas
@@ -37,10 +41,17 @@ struct SimConfig {
   // "" : chosen by the seed (the counter mostly, the null service with a pipelining client sometimes);
   // "counter" or "null" to force one.
   std::string service;
+  // PBFT-CS: -1 chosen by the seed; 1 forces early replies, the shim and speculating clients (counter only);
+  // 0 forbids the shim and speculating clients (early replies still as the seed chooses).
+  int speculation = -1;
   bool verbose = false;  // print every event and debug logs to stdout as the run goes
   // Tests of the simulator only: replica 1's final executions reach the checker with an altered result digest,
   // so a run must fail with "agreed results" or "accepted result" (proves the checker is wired to the cluster).
   bool sabotage_results = false;
+  // Tests of the simulator only (PBFT-CS seeds): every correct replica strips the predicates off each request
+  // before its shim sees it, so requests built on lies execute everywhere alike; the run must fail with
+  // "shim decision" or "predicate" (proves the PBFT-CS checks are wired to the cluster).
+  bool sabotage_predicates = false;
   std::uint32_t trace_events = 48;  // events kept for the failure report
 };
 
@@ -91,6 +102,24 @@ struct SimStats {
   std::uint64_t liveness_ticks = 0;  // how long the liveness phase took
   std::uint64_t probes = 0;            // runs that needed a further request because replicas did not converge
   std::uint64_t lagging_replicas = 0;  // correct replicas behind the agreed history at the end
+  // PBFT-CS. The first four are what the scenario chose (0 or 1, the clients a count), the rest what ran.
+  std::uint64_t cs_early_replies = 0;        // the replicas execute early and send speculative replies
+  std::uint64_t cs_shim = 0;                 // the replicas run the shim; the clients the speculation library
+  std::uint64_t cs_speculating_clients = 0;  // clients that chain increments on first replies
+  std::uint64_t cs_lying_primary = 0;        // a Byzantine replica lies in its early replies when primary
+  std::uint64_t early_replies_sent = 0;      // speculative replies sent by primaries (ReplicaStats)
+  std::uint64_t early_replies_received = 0;  // speculative replies with a result delivered to clients
+  std::uint64_t open_batches_discarded = 0;  // early-executed requests undone before their batch went out
+  std::uint64_t first_delivered = 0;         // kFirst events (relay/spec_client.h)
+  std::uint64_t speculative_firsts = 0;      // ... of them carrying a primary's early (speculative) reply
+  std::uint64_t first_withheld_distrusted = 0;  // first replies not delivered by the 1% rule (§3.4)
+  std::uint64_t first_withheld_doomed = 0;   // first replies of operations that relied on a misprediction
+  std::uint64_t spec_commits = 0;
+  std::uint64_t spec_rollbacks = 0;          // kRollback events at clients
+  std::uint64_t spec_dead_finals = 0;        // final events of increments that relied on a failed prediction
+  std::uint64_t shim_retries = 0;            // agreed requests the shim turned into no-ops
+  std::uint64_t early_lies = 0;              // early replies a Byzantine primary corrupted
+  std::uint64_t fake_early_replies = 0;      // early replies for requests it then never ordered
   std::uint64_t fingerprint = 0;     // hash of the delivered frames in order: equal for equal runs
 };
 
@@ -119,7 +148,7 @@ std::vector<SimResult> run_many(const std::vector<SimConfig>& configs, unsigned 
                                 const std::function<void(const SimResult&)>& done);
 
 // sim/regression-seeds.txt: one run per line, "SEED [key=value ...]" with keys f, ticks, scenario, service,
-// byzantine (0/1); '#' starts a comment. Returns false with `error` set on a malformed line.
+// byzantine (0/1), cs (0/1: SimConfig::speculation); '#' starts a comment. Returns false with `error` set on a malformed line.
 bool parse_regression_line(const std::string& line, SimConfig& out, bool& empty, std::string& error);
 // Path of sim/regression-seeds.txt in the source tree this library was built from.
 std::string regression_seeds_path();

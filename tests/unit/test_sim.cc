@@ -11,6 +11,8 @@
 #include "protocol/client.h"
 #include "services/counter_service.h"
 #include "services/null_service.h"
+#include "shim/envelope.h"
+#include "shim/shim.h"
 #include "sim/byzantine.h"
 #include "sim/checker.h"
 #include "sim/network.h"
@@ -52,6 +54,23 @@ Completion completion(std::uint64_t rid, const Bytes& result) {
   c.request_id = rid;
   c.result = result;
   return c;
+}
+
+// A shim result envelope around a counter result.
+Bytes shim_counter_result(std::uint64_t value, std::uint64_t token) {
+  return shim::encode_result(shim::ShimStatus::kExecuted, counter_result(0, value, token));
+}
+
+// A final record of an enveloped increment with `deps`, executed (status kExecuted) or made a no-op.
+ExecRecord shim_exec(std::uint64_t seq, NodeId client, std::uint64_t rid, const Bytes& result,
+                     std::vector<shim::Dependency> deps) {
+  ExecRecord r = exec(seq, client, rid, result);
+  r.enveloped = true;
+  shim::ShimResult sr;
+  REQUIRE(shim::decode_result(result, sr));
+  r.shim_status = sr.status;
+  r.deps = std::move(deps);
+  return r;
 }
 
 // Runs a seed in a child process and explains a failure.
@@ -197,6 +216,154 @@ TEST_CASE("checker catches reads that break real-time order", "[sim][checker]") 
   }
 }
 
+TEST_CASE("checker catches correct replicas with different checkpoints at a seq", "[sim][checker]") {
+  Checker ch(true);
+  ch.on_checkpoint(0, 8, digest_byte(1));
+  ch.on_checkpoint(1, 8, digest_byte(1));
+  ch.on_checkpoint(1, 16, digest_byte(3));
+  CHECK_FALSE(ch.failed());
+  ch.on_checkpoint(2, 8, digest_byte(2));
+  REQUIRE(ch.failed());
+  CHECK(ch.violation().find("checkpoint agreement") != std::string::npos);
+}
+
+TEST_CASE("checker catches an agreed increment that no client accepted", "[sim][checker]") {
+  Checker ch(true);
+  ch.on_submit(4, 1, OpKind::kIncrement, 1);
+  ch.on_final(0, exec(1, 4, 1, counter_result(0, 1, 7)));
+  ch.finish({{0, 1}});
+  REQUIRE(ch.failed());
+  CHECK(ch.violation().find("clients accepted 0") != std::string::npos);
+}
+
+TEST_CASE("checker follows predicates through the agreed history", "[sim][checker][shim]") {
+  const Bytes a = shim_counter_result(1, 11);
+  const Bytes lie = shim_counter_result(1, 99);  // what a lying primary said request 1 returned
+  const Bytes retry_failed = shim::encode_result(shim::ShimStatus::kRetryPredicateFailed, {});
+  SECTION("a request predicated on the agreed result executes; one predicated on a lie is a no-op") {
+    Checker ch(true, true);
+    ch.on_submit(4, 1, OpKind::kIncrement, 1);
+    ch.on_submit(4, 2, OpKind::kIncrement, 2);
+    ch.on_submit(4, 3, OpKind::kIncrement, 3);
+    ch.on_final(0, shim_exec(1, 4, 1, a, {}));
+    ch.on_final(0, shim_exec(1, 4, 2, shim_counter_result(2, 12), {{1, digest_of(a)}}));
+    ch.on_final(0, shim_exec(2, 4, 3, retry_failed, {{1, digest_of(lie)}}));
+    ch.on_final(1, shim_exec(2, 4, 3, retry_failed, {{1, digest_of(lie)}}));
+    ch.on_first(4, 1, a);
+    ch.on_completion(4, completion(1, a), 4, FinalKind::kCommit);
+    ch.on_completion(4, completion(2, shim_counter_result(2, 12)), 5, FinalKind::kCommit);
+    ch.on_first(4, 3, shim_counter_result(3, 13));
+    ch.on_completion(4, completion(3, retry_failed), 6, FinalKind::kRollback);
+    ch.finish({{0, 2}, {1, 2}});
+    INFO(ch.violation());
+    CHECK_FALSE(ch.failed());
+    CHECK(ch.shim_retries() == 1);
+  }
+  SECTION("an executed request whose predicate is false") {
+    Checker ch(true, true);
+    ch.on_final(0, shim_exec(1, 4, 1, a, {}));
+    ch.on_final(0, shim_exec(2, 4, 2, shim_counter_result(2, 12), {{1, digest_of(lie)}}));
+    REQUIRE(ch.failed());
+    CHECK(ch.violation().find("predicate") != std::string::npos);
+  }
+  SECTION("an executed request whose dependency never executed before it") {
+    Checker ch(true, true);
+    ch.on_final(0, shim_exec(2, 4, 2, shim_counter_result(1, 12), {{1, digest_of(a)}}));
+    CHECK(ch.failed());
+  }
+  SECTION("a no-op for a failed predicate that held") {
+    Checker ch(true, true);
+    ch.on_final(0, shim_exec(1, 4, 1, a, {}));
+    ch.on_final(0, shim_exec(2, 4, 2, retry_failed, {{1, digest_of(a)}}));
+    CHECK(ch.failed());
+  }
+  SECTION("two replicas deciding differently") {
+    Checker ch(true, true);
+    ch.on_final(0, shim_exec(1, 4, 1, a, {}));
+    ch.on_final(0, shim_exec(2, 4, 2, retry_failed, {{1, digest_of(lie)}}));
+    ch.on_final(1, shim_exec(1, 4, 1, a, {}));
+    ch.on_final(1, shim_exec(2, 4, 2, shim_counter_result(2, 12), {{1, digest_of(lie)}}));
+    REQUIRE(ch.failed());
+    CHECK(ch.violation().find("shim decision") != std::string::npos);
+  }
+}
+
+TEST_CASE("checker ties a speculating client's final events to its first replies", "[sim][checker][shim]") {
+  const Bytes a = shim_counter_result(1, 11);
+  const Bytes lie = shim_counter_result(1, 99);
+  SECTION("a commit after a mispredicted first reply") {
+    Checker ch(true, true);
+    ch.on_submit(4, 1, OpKind::kIncrement, 1);
+    ch.on_first(4, 1, lie);
+    ch.on_completion(4, completion(1, a), 2, FinalKind::kCommit);
+    REQUIRE(ch.failed());
+    CHECK(ch.violation().find("speculation") != std::string::npos);
+  }
+  SECTION("a rollback without a misprediction") {
+    Checker ch(true, true);
+    ch.on_submit(4, 1, OpKind::kIncrement, 1);
+    ch.on_first(4, 1, a);
+    ch.on_completion(4, completion(1, a), 2, FinalKind::kRollback);
+    CHECK(ch.failed());
+  }
+  SECTION("a rolled-back result accepted as final") {
+    Checker ch(true, true);
+    ch.on_submit(4, 1, OpKind::kIncrement, 1);
+    ch.on_final(0, shim_exec(1, 4, 1, a, {}));
+    ch.on_first(4, 1, lie);
+    ch.on_completion(4, completion(1, lie), 2, FinalKind::kCommit);  // the client kept the first reply
+    REQUIRE(ch.failed());
+    CHECK(ch.violation().find("accepted result") != std::string::npos);
+  }
+}
+
+TEST_CASE("recording service audits the shim below it", "[sim][recording][shim]") {
+  MemorySnapshotStore store;
+  CounterService counter(&store);
+  ExecutionProbe probe(counter);
+  shim::Shim shim(probe, &store, shim::ShimOptions{64, 8});
+  const NodeId client = 9;
+  const Bytes inc = counter_increment_op(counter_initial_token(client));
+  SECTION("a correct shim passes, and its records carry the decisions") {
+    RecordingService rec(shim, &shim, &probe);
+    const Bytes r1 = rec.execute(ExecContext{1, client, 1, 0}, shim::encode_request({}, inc));
+    const std::vector<shim::Dependency> wrong = {{1, digest_of(Bytes{1})}};
+    const Bytes r2 = rec.execute(ExecContext{2, client, 2, 0}, shim::encode_request(wrong, inc));
+    const std::vector<shim::Dependency> unknown = {{7, digest_of(r1)}};
+    rec.execute(ExecContext{3, client, 3, 0}, shim::encode_request(unknown, inc));
+    rec.execute(ExecContext{3, client, 4, 0}, Bytes{9, 9});
+    CHECK(probe.executions() == 1);
+    rec.commit_through(3);
+    const auto finals = rec.take_final();
+    REQUIRE(finals.size() == 4);
+    CHECK(finals[0].shim_status == shim::ShimStatus::kExecuted);
+    CHECK(finals[0].op_kind == 1);
+    CHECK(finals[1].shim_status == shim::ShimStatus::kRetryPredicateFailed);
+    CHECK(finals[1].deps == wrong);
+    CHECK(finals[2].shim_status == shim::ShimStatus::kRetryDependencyUnknown);
+    CHECK(finals[3].shim_status == shim::ShimStatus::kMalformed);
+    INFO(rec.contract_error());
+    CHECK(rec.contract_error().empty());
+  }
+  SECTION("a decision against the audited log is a breach") {
+    // The audit reads another shim's (empty) log: the dependency the real shim finds looks unknown.
+    MemorySnapshotStore other_store;
+    CounterService other_counter(&other_store);
+    shim::Shim other(other_counter, &other_store, shim::ShimOptions{64, 8});
+    RecordingService rec(shim, &other, &probe);
+    const Bytes r1 = rec.execute(ExecContext{1, client, 1, 0}, shim::encode_request({}, inc));
+    CHECK(rec.contract_error().empty());  // `other` does not log this client at all: allowed (shim.h limits)
+    CounterResult cr;
+    shim::ShimResult sr;
+    REQUIRE(shim::decode_result(r1, sr));
+    REQUIRE(parse_counter_result(sr.inner, cr));
+    const std::vector<shim::Dependency> deps = {{1, digest_of(r1)}};
+    RecordingService fresh(shim, &other, &probe);
+    fresh.execute(ExecContext{2, client, 2, 0}, shim::encode_request(deps, counter_increment_op(cr.next_token)));
+    CHECK(fresh.contract_error().find("shim decision") != std::string::npos);
+  }
+}
+
 TEST_CASE("recording service keeps executions tentative until committed", "[sim][recording]") {
   MemorySnapshotStore store;
   CounterService counter(&store);
@@ -268,6 +435,9 @@ TEST_CASE("regression lines parse", "[sim]") {
   CHECK(c.f == 2);
   CHECK(c.scenario == "all-crash");
   CHECK(c.fault_ticks == 900);
+  REQUIRE(parse_regression_line("7 cs=1", c, empty, error));
+  CHECK(c.speculation == 1);
+  CHECK_FALSE(parse_regression_line("7 cs=2", c, empty, error));
   CHECK_FALSE(parse_regression_line("x1", c, empty, error));
   CHECK_FALSE(parse_regression_line("1 f=0", c, empty, error));
   CHECK_FALSE(parse_regression_line("1 service=files", c, empty, error));
@@ -316,6 +486,28 @@ TEST_CASE("a pipelining client on the null service passes calm and crash seeds",
     c.byzantine = false;
     require_pass(c);
   }
+}
+
+TEST_CASE("PBFT-CS seeds pass: early replies, the shim and speculating clients", "[sim][seeds][shim]") {
+  for (const char* scenario : {"calm", "network", "crash", "all-crash"}) {
+    for (std::uint64_t seed : {4, 5}) {
+      SimConfig c;
+      c.seed = seed;
+      c.scenario = scenario;
+      c.speculation = 1;
+      const SimResult r = run_isolated(c);
+      INFO("seed " << seed << " " << r.scenario << "\n" << r.failure);
+      REQUIRE(r.passed);
+      CHECK(r.stats.cs_shim == 1);
+      CHECK(r.stats.cs_speculating_clients >= 1);
+      CHECK(r.stats.first_delivered > 0);
+    }
+  }
+  SimConfig c;
+  c.seed = 4;
+  c.service = "null";
+  c.speculation = 1;
+  CHECK_FALSE(check_config(c).empty());  // speculating clients chain counter increments
 }
 
 TEST_CASE("fixed seeds pass with each Byzantine strategy", "[sim][seeds]") {
@@ -367,4 +559,23 @@ TEST_CASE("the checker sees the cluster: a replica whose results are altered fai
                      r.failure.find("accepted result") != std::string::npos;
   INFO(r.failure);
   CHECK(named);
+}
+
+TEST_CASE("the PBFT-CS checks see the cluster: replicas that ignore predicates fail the run", "[sim][shim]") {
+  SimConfig c;
+  c.seed = 21;
+  c.scenario = "lying-early-replies";
+  c.speculation = 1;
+  c.sabotage_predicates = true;
+  const SimResult r = run_isolated(c);
+  INFO(r.scenario << "\n" << r.failure);
+  REQUIRE_FALSE(r.passed);
+  const bool named = r.failure.find("shim decision") != std::string::npos ||
+                     r.failure.find("predicate") != std::string::npos;
+  CHECK(named);
+  c.sabotage_predicates = false;  // and the same seed passes with honest replicas
+  const SimResult honest = run_isolated(c);
+  INFO(honest.failure);
+  CHECK(honest.passed);
+  CHECK(honest.stats.early_lies + honest.stats.fake_early_replies > 0);
 }
