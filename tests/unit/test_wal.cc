@@ -863,29 +863,44 @@ void bench_raw(const std::string& dir, const char* what, std::size_t group_bytes
   const int groups = bench_groups();
   const std::string path = dir + "/raw";
   ::unlink(path.c_str());
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | open_flags, 0644);
-  REQUIRE(fd >= 0);
   if (prealloc) {
+    const int zfd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    REQUIRE(zfd >= 0);
     const Bytes zeros(1 << 20, 0);
     const std::size_t total = group_bytes * static_cast<std::size_t>(groups) + (1 << 20);
     for (std::size_t off = 0; off < total; off += zeros.size()) {
-      REQUIRE(::pwrite(fd, zeros.data(), zeros.size(), static_cast<off_t>(off)) == static_cast<ssize_t>(zeros.size()));
+      REQUIRE(::pwrite(zfd, zeros.data(), zeros.size(), static_cast<off_t>(off)) == static_cast<ssize_t>(zeros.size()));
     }
-    REQUIRE(::fsync(fd) == 0);
+    REQUIRE(::fsync(zfd) == 0);
+    ::close(zfd);
   }
-  Bytes buf(group_bytes, 0x5A);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | open_flags, 0644);
+  REQUIRE(fd >= 0);
+  // O_DIRECT writes whole 512-byte sectors from an aligned buffer: the sectors that the group touches.
+  const bool direct = (open_flags & O_DIRECT) != 0;
+  void* mem = nullptr;
+  REQUIRE(posix_memalign(&mem, 4096, group_bytes + 1024) == 0);
+  auto* buf = static_cast<std::uint8_t*>(mem);
+  std::memset(buf, 0x5A, group_bytes + 1024);
   std::vector<std::uint64_t> ns;
   ns.reserve(static_cast<std::size_t>(groups));
   for (int g = 0; g < groups; ++g) {
     buf[0] = static_cast<std::uint8_t>(g);
-    const off_t off = static_cast<off_t>(group_bytes * static_cast<std::size_t>(g));
+    std::size_t off = group_bytes * static_cast<std::size_t>(g);
+    std::size_t len = group_bytes;
+    if (direct) {
+      const std::size_t end = (off + len + 511) / 512 * 512;
+      off = off / 512 * 512;
+      len = end - off;
+    }
     const std::uint64_t t0 = bench_now_ns();
-    iovec iov{buf.data(), buf.size()};
-    const ssize_t w = ::pwritev2(fd, &iov, 1, off, rwf_dsync ? RWF_DSYNC : 0);
-    REQUIRE(w == static_cast<ssize_t>(buf.size()));
+    iovec iov{buf, len};
+    const ssize_t w = ::pwritev2(fd, &iov, 1, static_cast<off_t>(off), rwf_dsync ? RWF_DSYNC : 0);
+    REQUIRE(w == static_cast<ssize_t>(len));
     if (fdatasync_after) REQUIRE(::fdatasync(fd) == 0);
     ns.push_back(bench_now_ns() - t0);
   }
+  std::free(mem);
   ::close(fd);
   ::unlink(path.c_str());
   char label[128];
@@ -903,6 +918,7 @@ TEST_CASE("wal bench: one small group made durable, by method", "[.bench]") {
     bench_raw(d.path, "overwrite (zero-filled, fsynced) + fdatasync", size, true, 0, false, true);
     bench_raw(d.path, "overwrite, pwritev2 RWF_DSYNC", size, true, 0, true, false);
     bench_raw(d.path, "overwrite, O_DSYNC", size, true, O_DSYNC, false, false);
+    bench_raw(d.path, "overwrite, O_DIRECT sectors, RWF_DSYNC", size, true, O_DIRECT, true, false);
   }
 }
 
