@@ -33,7 +33,7 @@ static_assert(kWalSealBytes == kWalRecordHeaderBytes + 8);
 constexpr char kNextSegmentName[] = "next.prealloc.tmp";
 
 // The most zeros one maintain() step writes, whatever the pace asks for.
-constexpr std::uint64_t kPreallocStepBytesMax = 1ull << 20;
+constexpr std::uint64_t kPreallocStepBytesMax = 256 << 10;
 
 // Zeros for preallocation and for clearing a torn tail: written from here in pieces of this size.
 constexpr std::size_t kZeroBlockBytes = 64 << 10;
@@ -354,7 +354,9 @@ bool Wal::maintain() {
   // Four times the log's own pace relative to the sizes, so the next segment is ready when the active one is
   // at most three quarters full; at least one chunk, and at most kPreallocStepBytesMax (a bounded stall: under
   // groups so large that this falls behind, groups append past the preallocation until the next roll-over).
-  const std::uint64_t pace = 4 * synced_since_step_ * std::max<std::uint64_t>(options_.segment_bytes_max, 1) /
+  const std::uint64_t target = next_target_bytes_ != 0 ? next_target_bytes_
+                                                        : std::min(options_.segment_bytes_max, 4 * active_capacity_);
+  const std::uint64_t pace = 4 * synced_since_step_ * std::max<std::uint64_t>(target, 1) /
                              std::max<std::uint64_t>(active_capacity_, 1);
   synced_since_step_ = 0;
   const std::uint64_t chunk = std::max<std::uint64_t>(options_.prealloc_chunk_bytes, 1);
@@ -373,7 +375,9 @@ bool Wal::prealloc_step(std::uint64_t budget_bytes) {
     next_fd_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!next_fd_.valid()) die("creating", path);
     next_zeroed_bytes_ = 0;
-    if (next_target_bytes_ == 0) next_target_bytes_ = options_.segment_bytes_max;
+    // Segments grow to segment_bytes_max by at most four times each (1, 4, 16 MiB by default), which bounds
+    // how much faster than the log the preallocation must go.
+    if (next_target_bytes_ == 0) next_target_bytes_ = std::min(options_.segment_bytes_max, 4 * active_capacity_);
     next_target_bytes_ = std::max<std::uint64_t>(next_target_bytes_, kWalSegmentHeaderBytes);
   }
   if (next_zeroed_bytes_ < next_target_bytes_) {

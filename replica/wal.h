@@ -43,9 +43,10 @@
 // zeros under a temporary name (next.prealloc.tmp, deleted by open() if a crash left it) in bounded steps,
 // one per maintain() call, with writeback started at each step and one fsync at the end. It is started when
 // the active segment is half full (or compaction is half due), so most loop passes do no preallocation at all;
-// each step writes at least prealloc_chunk_bytes and at most 1 MiB, paced at four times the rate the log
+// each step writes at least prealloc_chunk_bytes and at most 256 KiB, paced at four times the rate the log
 // grows (scaled by the two segments' sizes), so the next segment is ready before the active one is three
-// quarters full. When the active segment is nearly full (or compaction is due) and the next one is ready,
+// quarters full. A segment is at most four times the size of the one before it (1, 4, 16 MiB by default), so
+// that pace stays within 16 times the log's. When the active segment is nearly full (or compaction is due) and the next one is ready,
 // maintain() seals the active segment (seal written and made durable), writes the next one's header at offset
 // 0, makes it durable, renames it to its segment name and fsyncs the directory. A new segment that open() must
 // create (first start, or after a sealed or format-1 last segment) is preallocated at once, up to
