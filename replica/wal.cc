@@ -346,7 +346,7 @@ bool Wal::maintain() {
   // The next segment is started once the active one is half full (or compaction is half due): no
   // preallocation at all in a replica's first half segment, and none in most loop passes.
   const bool started = next_fd_.valid() || active_bytes_ * 2 >= active_capacity_ ||
-                       bytes_since_base_ * 2 >= options_.compact_bytes_min;
+                       (stable_since_compact_ && bytes_since_base_ * 2 >= options_.compact_bytes_min);
   if (!started) {
     synced_since_step_ = 0;
     return false;
