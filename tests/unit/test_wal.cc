@@ -690,8 +690,12 @@ TEST_CASE("wal: reopen, append, reopen cycles keep every record, also after a ki
   }
   std::vector<PersistRecord> recs;
   auto w = open_ok(t.wal(), recs, o);
-  if (!compact) CHECK(encoded(recs) == encoded(all));
-  CHECK(w->stats().rolls == 0);
+  if (compact) {
+    CHECK(list(t.wal())[0].ends_with(".base"));
+  } else {
+    CHECK(encoded(recs) == encoded(all));
+    CHECK(list(t.wal()).size() >= 4);  // the cycles crossed several roll-overs
+  }
 }
 
 TEST_CASE("wal: a log written by format 1 (no preallocation, no seals) is replayed and continued", "[wal]") {
