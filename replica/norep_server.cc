@@ -120,6 +120,7 @@ struct NorepServer::Impl {
     for (const auto& s : pending) transport->send(s);
     transport->uncork();
     pending.clear();
+    if (wal != nullptr) wal->maintain();  // log housekeeping after the replies (replica/wal.h)
   }
 
   // Re-executes the durable log after a restart (durable mode only).

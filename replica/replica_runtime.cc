@@ -129,6 +129,9 @@ struct ReplicaRuntime::Impl {
     }
     transport->uncork();
     pending.clear();
+    // Log housekeeping (a bounded step of preallocating the next segment, or a roll-over) after the sends, so
+    // that it never delays a promise.
+    wal->maintain();
   }
 
   void update_snapshot() {
@@ -209,7 +212,11 @@ struct ReplicaRuntime::Impl {
         .add("wal_syncs", ws.syncs)
         .add("wal_sync_us_avg", ws.syncs == 0 ? 0.0 : static_cast<double>(ws.sync_ns_total) / 1e3 / static_cast<double>(ws.syncs))
         .add("wal_sync_us_max", static_cast<double>(ws.sync_ns_max) / 1e3)
+        .add("wal_syncs_past_prealloc", ws.syncs_past_prealloc)
         .add("wal_compactions", ws.compactions)
+        .add("wal_rolls", ws.rolls)
+        .add("wal_prealloc_step_us_max", static_cast<double>(ws.prealloc_ns_max) / 1e3)
+        .add("wal_roll_us_max", static_cast<double>(ws.roll_ns_max) / 1e3)
         .add("wal_replayed_records", ws.replayed_records)
         .add("flushes", flushes)
         .add("flush_sends", flush_sends)

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,10 +20,24 @@
 namespace bftfs {
 namespace {
 
-constexpr std::uint8_t kSegmentMagic[8] = {'B', 'F', 'T', 'W', 'A', 'L', '0', '1'};
+constexpr std::uint8_t kSegmentMagicV1[8] = {'B', 'F', 'T', 'W', 'A', 'L', '0', '1'};
+constexpr std::uint8_t kSegmentMagic[8] = {'B', 'F', 'T', 'W', 'A', 'L', '0', '2'};
 constexpr std::uint32_t kGroupStart = 0x80000000u;
-constexpr std::uint32_t kLengthMask = 0x7FFFFFFFu;
+constexpr std::uint32_t kSeal = 0x40000000u;
+constexpr std::uint32_t kLengthMask = 0x3FFFFFFFu;
 static_assert(kWalRecordBytesMax <= kLengthMask);
+static_assert(kWalSealBytes == kWalRecordHeaderBytes + 8);
+
+// The next segment while it is being preallocated. The name ends in .tmp, so open() deletes a leftover one:
+// after a crash nothing says how much of it reached the disk, and it holds no records.
+constexpr char kNextSegmentName[] = "next.prealloc.tmp";
+
+// The most zeros one maintain() step writes, whatever the pace asks for.
+constexpr std::uint64_t kPreallocStepBytesMax = 256 << 10;
+
+// Zeros for preallocation and for clearing a torn tail: written from here in pieces of this size.
+constexpr std::size_t kZeroBlockBytes = 64 << 10;
+alignas(4096) constexpr std::uint8_t kZeros[kZeroBlockBytes] = {};
 
 std::uint64_t now_ns() {
   timespec ts{};
@@ -118,10 +133,38 @@ bool read_file(const std::string& path, Bytes& out, std::string& err) {
   return true;
 }
 
-void fsync_or_die(int fd, const char* what) {
-  if (::fsync(fd) != 0) {
-    LOG_ERROR("", "wal: fsync of %s failed: %s; stopping (cannot persist)", what, std::strerror(errno));
-    std::abort();
+[[noreturn]] void die(const char* what, const std::string& where) {
+  LOG_ERROR("", "wal: %s %s failed: %s; stopping (cannot persist)", what, where.c_str(), std::strerror(errno));
+  std::abort();
+}
+
+void fsync_or_die(int fd, const std::string& what) {
+  if (::fsync(fd) != 0) die("fsync of", what);
+}
+
+// Writes all of `data` at `offset` (pwritev2 with `flags`, 0 or RWF_DSYNC). Returns 0 or the errno.
+int pwrite_all(int fd, const std::uint8_t* data, std::size_t size, std::uint64_t offset, int flags) {
+  std::size_t done = 0;
+  while (done < size) {
+    iovec iov{const_cast<std::uint8_t*>(data + done), size - done};
+    const ssize_t w = ::pwritev2(fd, &iov, 1, static_cast<off_t>(offset + done), flags);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    done += static_cast<std::size_t>(w);
+  }
+  return 0;
+}
+
+// Writes `size` zero bytes at `offset` (not yet durable).
+void write_zeros_or_die(int fd, std::uint64_t offset, std::uint64_t size, const std::string& what) {
+  while (size > 0) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(size, kZeroBlockBytes));
+    if (const int err = pwrite_all(fd, kZeros, n, offset, 0); err != 0) {
+      errno = err;
+      die("zero-filling", what);
+    }
+    offset += n;
+    size -= n;
   }
 }
 
@@ -142,6 +185,19 @@ void make_segment_header(std::uint8_t* out, std::uint64_t salt) {
   put_u32(out + 20, 0);
 }
 
+// Offset just past the last non-zero byte of data[from, size), or `from` if those bytes are all zero.
+std::size_t nonzero_end(const Bytes& data, std::size_t from) {
+  std::size_t end = data.size();
+  while (end >= from + 8) {
+    std::uint64_t w;
+    std::memcpy(&w, data.data() + end - 8, 8);
+    if (w != 0) break;
+    end -= 8;
+  }
+  while (end > from && data[end - 1] == 0) --end;
+  return end;
+}
+
 enum class LiveKind : std::uint8_t { kView, kPrePrepare, kPrepared, kCommitted, kCheckpoint, kStable };
 
 }  // namespace
@@ -157,12 +213,16 @@ Wal::Wal(std::string dir, const WalOptions& options) : dir_(std::move(dir)), opt
 Wal::~Wal() {
   // Nothing buffered may be lost silently on a clean shutdown; a crash loses only what nothing relied on.
   if (fd_.valid() && dirty()) sync();
+  // A half-made next segment is of no use to the next open (which deletes it anyway).
+  if (next_fd_.valid()) ::unlink((dir_ + "/" + kNextSegmentName).c_str());
 }
 
-void Wal::frame_into(Bytes& out, std::span<const std::uint8_t> payload, bool group_start) const {
+// Frames one record (or seal) with the active salt; `flags` is a combination of kGroupStart and kSeal.
+void Wal::frame_into(Bytes& out, std::span<const std::uint8_t> payload, std::uint32_t flags) const {
   BFT_ASSERT(!payload.empty());
   BFT_ASSERT(payload.size() <= kWalRecordBytesMax);
-  const std::uint32_t lf = static_cast<std::uint32_t>(payload.size()) | (group_start ? kGroupStart : 0u);
+  BFT_ASSERT((flags & kLengthMask) == 0);
+  const std::uint32_t lf = static_cast<std::uint32_t>(payload.size()) | flags;
   const std::size_t at = out.size();
   out.resize(at + kWalRecordHeaderBytes + payload.size());
   put_u32(out.data() + at, lf);
@@ -170,46 +230,30 @@ void Wal::frame_into(Bytes& out, std::span<const std::uint8_t> payload, bool gro
   std::memcpy(out.data() + at + kWalRecordHeaderBytes, payload.data(), payload.size());
 }
 
-void Wal::write_all(int fd, const std::uint8_t* data, std::size_t size) {
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t w = ::write(fd, data + done, size - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      LOG_ERROR("", "wal: write to %s failed: %s; stopping (cannot persist)", dir_.c_str(), std::strerror(errno));
-      std::abort();
+// One system call when the kernel has RWF_DSYNC (it syncs just the written range: data, and the metadata
+// needed to read it back, which for an overwrite of preallocated blocks is none); write + fdatasync otherwise.
+void Wal::write_durable(int fd, const std::uint8_t* data, std::size_t size, std::uint64_t offset, bool durable) {
+  if (durable && rwf_dsync_) {
+    const int err = pwrite_all(fd, data, size, offset, RWF_DSYNC);
+    if (err == 0) return;
+    if (err != EOPNOTSUPP) {
+      errno = err;
+      die("durable write to", dir_);
     }
-    done += static_cast<std::size_t>(w);
+    rwf_dsync_ = false;  // a kernel older than 4.7
   }
-}
-
-// Creates segment `index` with a fresh salt and makes its existence durable (file and directory entry)
-// before any record goes into it. A base is created by compact() instead.
-void Wal::start_segment(std::uint64_t index, bool base) {
-  BFT_ASSERT(!base);
-  const std::string path = dir_ + "/" + segment_name(index, false);
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) {
-    LOG_ERROR("", "wal: cannot create %s: %s; stopping", path.c_str(), std::strerror(errno));
-    std::abort();
+  if (const int err = pwrite_all(fd, data, size, offset, 0); err != 0) {
+    errno = err;
+    die("write to", dir_);
   }
-  salt_ = random_salt();
-  std::uint8_t header[kWalSegmentHeaderBytes];
-  make_segment_header(header, salt_);
-  write_all(fd.get(), header, sizeof header);
-  fsync_or_die(fd.get(), "new segment");
-  fsync_or_die(dir_fd_.get(), "wal directory");
-  fd_ = std::move(fd);
-  active_index_ = index;
-  active_bytes_ = kWalSegmentHeaderBytes;
-  bytes_since_base_ += kWalSegmentHeaderBytes;
+  if (durable && ::fdatasync(fd) != 0) die("fdatasync of", dir_);
 }
 
 void Wal::append(const PersistRecord& record) {
   Bytes payload = encode_record(record);
   BFT_ASSERT(!payload.empty());
   BFT_ASSERT(payload.size() <= kWalRecordBytesMax);
-  frame_into(buffer_, payload, buffer_.empty());
+  frame_into(buffer_, payload, buffer_.empty() ? kGroupStart : 0u);
   ++stats_.records_appended;
   stats_.bytes_appended += kWalRecordHeaderBytes + payload.size();
   if (std::holds_alternative<StableRecord>(record)) stable_since_compact_ = true;
@@ -217,7 +261,7 @@ void Wal::append(const PersistRecord& record) {
 }
 
 // Keeps the encoded copy of every record recovery may still need (see the header), pruned at each stable
-// checkpoint; compact() writes exactly these.
+// checkpoint; a compaction writes exactly these.
 void Wal::track_live(const PersistRecord& record, Bytes&& payload) {
   LiveEntry e;
   e.order = live_order_++;
@@ -272,68 +316,161 @@ void Wal::track_live(const PersistRecord& record, Bytes&& payload) {
 }
 
 void Wal::sync() {
-  if (!buffer_.empty()) {
-    const std::uint64_t t0 = now_ns();
-    write_all(fd_.get(), buffer_.data(), buffer_.size());
-    if (options_.fsync && ::fdatasync(fd_.get()) != 0) {
-      LOG_ERROR("", "wal: fdatasync failed: %s; stopping (cannot persist)", std::strerror(errno));
-      std::abort();
-    }
-    const std::uint64_t dt = now_ns() - t0;
-    ++stats_.syncs;
-    stats_.sync_ns_total += dt;
-    stats_.sync_ns_max = std::max(stats_.sync_ns_max, dt);
-    active_bytes_ += buffer_.size();
-    bytes_since_base_ += buffer_.size();
-    buffer_.clear();
-  }
-  if (stable_since_compact_ && bytes_since_base_ >= options_.compact_bytes_min) {
-    compact();
-  } else if (active_bytes_ >= options_.segment_bytes_max) {
-    start_segment(active_index_ + 1, false);
-  }
+  if (buffer_.empty()) return;
+  const std::uint64_t t0 = now_ns();
+  if (active_bytes_ + buffer_.size() > active_capacity_) ++stats_.syncs_past_prealloc;
+  write_durable(fd_.get(), buffer_.data(), buffer_.size(), active_bytes_, options_.fsync);
+  const std::uint64_t dt = now_ns() - t0;
+  ++stats_.syncs;
+  stats_.sync_ns_total += dt;
+  stats_.sync_ns_max = std::max(stats_.sync_ns_max, dt);
+  active_bytes_ += buffer_.size();
+  bytes_since_base_ += buffer_.size();
+  synced_since_step_ += buffer_.size();
+  buffer_.clear();
 }
 
-void Wal::compact() {
-  BFT_ASSERT(buffer_.empty());
-  const std::uint64_t index = active_index_ + 1;
-  const std::string final_path = dir_ + "/" + segment_name(index, true);
-  const std::string tmp_path = final_path + ".tmp";
-  UniqueFd fd(::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) {
-    LOG_ERROR("", "wal: cannot create %s: %s; stopping", tmp_path.c_str(), std::strerror(errno));
-    std::abort();
+bool Wal::compaction_due() const { return stable_since_compact_ && bytes_since_base_ >= options_.compact_bytes_min; }
+
+bool Wal::maintain() {
+  // Roll a little before the preallocated space runs out, so that a group rarely has to append past it.
+  const std::uint64_t slack = std::min<std::uint64_t>(64 << 10, active_capacity_ / 16);
+  const bool roll_due = active_bytes_ + slack >= active_capacity_ || compaction_due();
+  const std::uint64_t t0 = now_ns();
+  if (roll_due && next_ready_ && !dirty()) {
+    roll();
+    stats_.roll_ns_max = std::max(stats_.roll_ns_max, now_ns() - t0);
+    return true;  // the segment after this one is to be preallocated when its time comes
   }
-  salt_ = random_salt();
+  if (next_ready_) return roll_due;
+  // The next segment is started once the active one is half full (or compaction is half due): no
+  // preallocation at all in a replica's first half segment, and none in most loop passes.
+  const bool started = next_fd_.valid() || active_bytes_ * 2 >= active_capacity_ ||
+                       (stable_since_compact_ && bytes_since_base_ * 2 >= options_.compact_bytes_min);
+  if (!started) {
+    synced_since_step_ = 0;
+    return false;
+  }
+  // Four times the log's own pace relative to the sizes, so the next segment is ready when the active one is
+  // at most three quarters full; at least one chunk, and at most kPreallocStepBytesMax (a bounded stall: under
+  // groups so large that this falls behind, groups append past the preallocation until the next roll-over).
+  const std::uint64_t target = next_target_bytes_ != 0 ? next_target_bytes_
+                                                        : std::min(options_.segment_bytes_max, 4 * active_capacity_);
+  const std::uint64_t pace = 4 * synced_since_step_ * std::max<std::uint64_t>(target, 1) /
+                             std::max<std::uint64_t>(active_capacity_, 1);
+  synced_since_step_ = 0;
+  const std::uint64_t chunk = std::max<std::uint64_t>(options_.prealloc_chunk_bytes, 1);
+  prealloc_step(std::clamp(pace, chunk, std::max(chunk, kPreallocStepBytesMax)));
+  ++stats_.prealloc_steps;
+  stats_.prealloc_ns_max = std::max(stats_.prealloc_ns_max, now_ns() - t0);
+  return true;
+}
+
+// One step of zero-filling the next segment: up to `budget_bytes` of zeros with their writeback started (so
+// the final fsync has little left to wait for), or, once all are written, that fsync. Returns next_ready_.
+bool Wal::prealloc_step(std::uint64_t budget_bytes) {
+  if (next_ready_) return true;
+  const std::string path = dir_ + "/" + kNextSegmentName;
+  if (!next_fd_.valid()) {
+    next_fd_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!next_fd_.valid()) die("creating", path);
+    next_zeroed_bytes_ = 0;
+    // Segments grow to segment_bytes_max by at most four times each (1, 4, 16 MiB by default), which bounds
+    // how much faster than the log the preallocation must go.
+    if (next_target_bytes_ == 0) next_target_bytes_ = std::min(options_.segment_bytes_max, 4 * active_capacity_);
+    next_target_bytes_ = std::max<std::uint64_t>(next_target_bytes_, kWalSegmentHeaderBytes);
+  }
+  if (next_zeroed_bytes_ < next_target_bytes_) {
+    const std::uint64_t n = std::min(budget_bytes, next_target_bytes_ - next_zeroed_bytes_);
+    write_zeros_or_die(next_fd_.get(), next_zeroed_bytes_, n, path);
+    if (options_.fsync &&
+        ::sync_file_range(next_fd_.get(), static_cast<off_t>(next_zeroed_bytes_), static_cast<off_t>(n),
+                          SYNC_FILE_RANGE_WRITE) != 0) {
+      die("starting writeback of", path);
+    }
+    next_zeroed_bytes_ += n;
+    stats_.prealloc_bytes += n;
+    return false;
+  }
+  // The zeros, the blocks' allocation and the file size, durable: from now on writes here are overwrites.
+  if (options_.fsync) fsync_or_die(next_fd_.get(), path);
+  next_ready_ = true;
+  return true;
+}
+
+// Makes the preallocated next segment the active one, as segment `index` (a .base holding the live records
+// when `base`): header (and live records) written over its zeros and made durable, then the rename that gives
+// it its name, made durable with the directory.
+void Wal::install_next(std::uint64_t index, bool base) {
+  BFT_ASSERT(next_ready_);
+  BFT_ASSERT(buffer_.empty());
+  salt_ = random_salt();  // every record framed from here on belongs to the new segment
   Bytes out(kWalSegmentHeaderBytes);
   make_segment_header(out.data(), salt_);
-  bool first = true;
-  for (const LiveEntry& e : live_) {
-    frame_into(out, e.payload, first);
-    first = false;
-  }
-  write_all(fd.get(), out.data(), out.size());
-  fsync_or_die(fd.get(), "compacted base");
-  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    LOG_ERROR("", "wal: rename %s failed: %s; stopping", tmp_path.c_str(), std::strerror(errno));
-    std::abort();
-  }
-  fsync_or_die(dir_fd_.get(), "wal directory");
-  // The base is durable under its final name: every older segment is now obsolete.
-  for (std::uint64_t i = oldest_index_; i < index; ++i) {
-    for (bool base : {false, true}) {
-      const std::string p = dir_ + "/" + segment_name(i, base);
-      if (::unlink(p.c_str()) == 0) ++stats_.segments_deleted;
+  if (base) {
+    bool first = true;
+    for (const LiveEntry& e : live_) {
+      frame_into(out, e.payload, first ? kGroupStart : 0u);
+      first = false;
     }
   }
-  fsync_or_die(dir_fd_.get(), "wal directory");
-  fd_ = std::move(fd);
+  write_durable(next_fd_.get(), out.data(), out.size(), 0, true);
+  const std::string from = dir_ + "/" + kNextSegmentName;
+  const std::string to = dir_ + "/" + segment_name(index, base);
+  if (::rename(from.c_str(), to.c_str()) != 0) die("renaming to", to);
+  fsync_or_die(dir_fd_.get(), "wal directory " + dir_);
+  fd_ = std::move(next_fd_);
   active_index_ = index;
   active_bytes_ = out.size();
-  oldest_index_ = index;
-  bytes_since_base_ = out.size();
-  stable_since_compact_ = false;
-  ++stats_.compactions;
+  active_capacity_ = next_zeroed_bytes_;
+  if (base) {
+    bytes_since_base_ = out.size();
+    stable_since_compact_ = false;
+    ++stats_.compactions;
+  } else {
+    bytes_since_base_ += out.size();
+  }
+  next_ready_ = false;
+  next_zeroed_bytes_ = 0;
+  next_target_bytes_ = 0;
+}
+
+// Moves to the next segment (which must be ready, with nothing buffered): as a compacted base when compaction
+// is due, else after sealing the active segment.
+void Wal::roll() {
+  const std::uint64_t index = active_index_ + 1;
+  if (compaction_due()) {
+    // No seal needed: once the base is in place every older segment is obsolete, and until then the active
+    // segment is still the last one.
+    install_next(index, true);
+    for (std::uint64_t i = oldest_index_; i < index; ++i) {
+      for (bool b : {false, true}) {
+        if (::unlink((dir_ + "/" + segment_name(i, b)).c_str()) == 0) ++stats_.segments_deleted;
+      }
+    }
+    // The deletions need not be durable: open() removes any segment below the newest base.
+    oldest_index_ = index;
+  } else {
+    // The seal is durable before the next segment exists, so a segment with a successor always ends in one.
+    Bytes seal;
+    std::uint8_t where[8];
+    put_u64(where, active_bytes_);
+    frame_into(seal, where, kGroupStart | kSeal);
+    BFT_ASSERT(seal.size() == kWalSealBytes);
+    write_durable(fd_.get(), seal.data(), seal.size(), active_bytes_, true);
+    install_next(index, false);
+  }
+  ++stats_.rolls;
+}
+
+// A segment open() must create: preallocated at once (first start, or after a sealed last segment), smaller
+// than the later ones so that starting stays quick.
+void Wal::create_segment_now(std::uint64_t index) {
+  BFT_ASSERT(!next_fd_.valid());
+  next_target_bytes_ = std::min(options_.segment_bytes_max, kWalFirstSegmentBytes);
+  while (!prealloc_step(kWalFirstSegmentBytes)) {
+  }
+  install_next(index, false);
 }
 
 std::string Wal::open(const std::string& dir, const WalOptions& options, std::unique_ptr<Wal>& out,
@@ -345,7 +482,7 @@ std::string Wal::open(const std::string& dir, const WalOptions& options, std::un
   wal->dir_fd_.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!wal->dir_fd_.valid()) return errno_text("cannot open directory", dir);
 
-  // List the segments; drop temporaries of an interrupted compaction.
+  // List the segments; drop temporaries (a next segment being preallocated, or a base of an older bftfs).
   std::map<std::uint64_t, bool> segments;  // index -> is base
   {
     std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), &::closedir);
@@ -381,17 +518,37 @@ std::string Wal::open(const std::string& dir, const WalOptions& options, std::un
       ++it;
     }
   }
+  // A last segment shorter than a header never held a record: its creation by an older bftfs (which created
+  // segments in place; this one renames them into place with a durable header) was interrupted. It is removed
+  // and the log continues after the segment before it.
+  std::uint64_t first_index = 1;  // of a new log
+  if (!segments.empty()) {
+    const auto last = std::prev(segments.end());
+    const std::string path = dir + "/" + segment_name(last->first, last->second);
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0) return errno_text("cannot stat", path);
+    if (static_cast<std::uint64_t>(st.st_size) < kWalSegmentHeaderBytes) {
+      if (last->second) return "wal " + path + ": truncated base segment";
+      first_index = last->first;
+      wal->stats_.torn_tail_bytes += static_cast<std::uint64_t>(st.st_size);
+      if (::unlink(path.c_str()) != 0) return errno_text("cannot remove", path);
+      segments.erase(last);
+    }
+  }
   std::uint64_t expect = segments.empty() ? 0 : segments.begin()->first;
   for (const auto& [index, base] : segments) {
     if (index != expect) return "wal " + dir + ": segment " + segment_name(expect, false) + " is missing";
     ++expect;
   }
 
-  // Replay.
+  // Replay. What is learned about the last segment decides below where appending continues.
   std::uint64_t last_index = 0;
-  std::uint64_t last_valid_end = 0;
-  bool have_last = false;
-  bool last_needs_header = false;
+  bool last_complete = false;      // sealed, or format 1: continue in a new segment
+  std::size_t last_end = 0;        // end of its records
+  std::size_t torn_end = 0;        // end of a torn tail after last_end (0: none)
+  std::uint64_t last_size = 0;
+  std::uint64_t last_salt = 0;
+  int last_version = 0;
   for (auto it = segments.begin(); it != segments.end(); ++it) {
     const std::uint64_t index = it->first;
     const bool is_last = std::next(it) == segments.end();
@@ -400,39 +557,55 @@ std::string Wal::open(const std::string& dir, const WalOptions& options, std::un
     std::string err;
     if (!read_file(path, data, err)) return err;
     last_index = index;
-    have_last = is_last;
-    if (data.size() < kWalSegmentHeaderBytes) {
-      // A segment whose creation was interrupted (its header was never synced) holds no records.
-      if (!is_last) return "wal " + path + ": truncated segment header";
-      last_needs_header = true;
-      last_valid_end = 0;
-      wal->stats_.torn_tail_bytes += data.size();
-      break;
+    if (data.size() < kWalSegmentHeaderBytes) return "wal " + path + ": truncated segment header";
+    int version = 0;
+    if (std::memcmp(data.data(), kSegmentMagic, 8) == 0) {
+      version = 2;
+    } else if (std::memcmp(data.data(), kSegmentMagicV1, 8) == 0) {
+      version = 1;
+    } else {
+      return "wal " + path + ": bad segment magic";
     }
-    if (std::memcmp(data.data(), kSegmentMagic, 8) != 0) return "wal " + path + ": bad segment magic";
     if (get_u32(data.data() + 16) != crc32c(0, std::span<const std::uint8_t>(data.data(), 16)) ||
         get_u32(data.data() + 20) != 0) {
       return "wal " + path + ": corrupt segment header";
     }
     const std::uint64_t salt = get_u64(data.data() + 8);
 
-    // One record at `off`: returns its total size, or 0 if it is not a valid record.
-    auto valid_record_at = [&](std::size_t off, bool want_group_start) -> std::size_t {
+    // One record (or seal) at `off`: returns its total size, or 0 if it is not a valid one.
+    auto valid_record_at = [&](std::size_t off, bool want_group_start, bool& seal) -> std::size_t {
       if (data.size() - off < kWalRecordHeaderBytes) return 0;
       const std::uint32_t lf = get_u32(data.data() + off);
       const std::uint32_t len = lf & kLengthMask;
+      seal = (lf & kSeal) != 0;
+      if (seal && (version == 1 || (lf & kGroupStart) == 0 || len != 8)) return 0;
       if (want_group_start && (lf & kGroupStart) == 0) return 0;
       if (len == 0 || len > kWalRecordBytesMax) return 0;
       if (len > data.size() - off - kWalRecordHeaderBytes) return 0;
       const std::span<const std::uint8_t> payload(data.data() + off + kWalRecordHeaderBytes, len);
       if (record_crc(salt, lf, payload) != get_u32(data.data() + off + 4)) return 0;
+      if (seal && get_u64(payload.data()) != off) return 0;  // a seal names its own offset
       return kWalRecordHeaderBytes + len;
+    };
+    // A valid group start (or seal) anywhere in (off, end): proof that a group was written after the one at off.
+    auto later_group_in = [&](std::size_t off, std::size_t end) -> std::size_t {
+      for (std::size_t y = off + 1; y < end && y + kWalRecordHeaderBytes <= data.size(); ++y) {
+        bool seal = false;
+        if (valid_record_at(y, true, seal) != 0) return y;
+      }
+      return 0;
     };
 
     std::size_t off = kWalSegmentHeaderBytes;
+    bool sealed = false;
     while (off < data.size()) {
-      const std::size_t size = valid_record_at(off, false);
+      bool seal = false;
+      const std::size_t size = valid_record_at(off, false, seal);
       if (size == 0) break;
+      if (seal) {
+        sealed = true;
+        break;
+      }
       PersistRecord rec;
       const std::span<const std::uint8_t> payload(data.data() + off + kWalRecordHeaderBytes,
                                                   size - kWalRecordHeaderBytes);
@@ -444,46 +617,75 @@ std::string Wal::open(const std::string& dir, const WalOptions& options, std::un
       records.push_back(std::move(rec));
       off += size;
     }
-    if (off < data.size()) {
-      if (!is_last) {
-        return "wal " + path + ": corrupt record at offset " + std::to_string(off) + " in a sealed segment";
-      }
-      // A later group that is intact proves this group was synced: then this is corruption, not a torn write.
-      for (std::size_t y = off + 1; y + kWalRecordHeaderBytes <= data.size(); ++y) {
-        if (valid_record_at(y, true) != 0) {
-          return "wal " + path + ": corrupt record at offset " + std::to_string(off) +
-                 " followed by a valid group at offset " + std::to_string(y);
+    const std::string at = " at offset " + std::to_string(off);
+    std::size_t torn = 0;  // end of a torn tail after off, if any
+    if (version == 1) {
+      // Format 1 has no preallocation and no seal: a segment ends at the end of its file.
+      if (off < data.size()) {
+        if (!is_last) return "wal " + path + ": corrupt record" + at + " in a sealed segment";
+        if (const std::size_t y = later_group_in(off, data.size()); y != 0) {
+          return "wal " + path + ": corrupt record" + at + " followed by a valid group at offset " + std::to_string(y);
         }
+        torn = data.size();
       }
-      wal->stats_.torn_tail_bytes += data.size() - off;
-      LOG_WARN("", "wal %s: torn tail of %zu bytes at offset %zu truncated", path.c_str(), data.size() - off, off);
+    } else if (sealed) {
+      const std::size_t rest = off + kWalSealBytes;
+      if (const std::size_t nz = nonzero_end(data, rest); nz > rest) {
+        return "wal " + path + ": non-zero bytes after the seal at offset " + std::to_string(off) + " (up to offset " +
+               std::to_string(nz) + ")";
+      }
+    } else if (!is_last) {
+      return "wal " + path + ": corrupt record" + at + " in a sealed segment (a later segment exists, so this one " +
+             "must end with its seal)";
+    } else if (const std::size_t nz = nonzero_end(data, off); nz > off) {
+      if (const std::size_t y = later_group_in(off, nz); y != 0) {
+        return "wal " + path + ": corrupt record" + at + " followed by a valid group at offset " + std::to_string(y);
+      }
+      torn = nz;
     }
-    last_valid_end = off;
-    wal->salt_ = salt;
+    // Otherwise only zeros follow: the normal end of the log in a preallocated segment.
+    if (torn != 0) {
+      wal->stats_.torn_tail_bytes += torn - off;
+      LOG_WARN("", "wal %s: torn tail of %zu bytes%s removed", path.c_str(), torn - off, at.c_str());
+    }
     wal->bytes_since_base_ += off;
+    last_complete = sealed || version == 1;
+    last_end = off;
+    torn_end = torn;
+    last_size = data.size();
+    last_salt = salt;
+    last_version = version;
   }
   wal->stats_.replayed_records = records.size();
-  wal->oldest_index_ = segments.empty() ? 0 : segments.begin()->first;
+  wal->oldest_index_ = segments.empty() ? first_index : segments.begin()->first;
 
-  if (!have_last) {
-    wal->start_segment(segments.empty() ? 1 : last_index + 1, false);
-    if (segments.empty()) wal->oldest_index_ = 1;
-  } else if (last_needs_header) {
-    // Recreate the interrupted segment in place.
-    wal->start_segment(last_index, false);
+  if (segments.empty()) {
+    wal->create_segment_now(first_index);
   } else {
-    const bool base = segments.rbegin()->second;
-    const std::string path = dir + "/" + segment_name(last_index, base);
+    const std::string path = dir + "/" + segment_name(last_index, segments.rbegin()->second);
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd.valid()) return errno_text("cannot open for append", path);
-    if (::ftruncate(fd.get(), static_cast<off_t>(last_valid_end)) != 0) return errno_text("cannot truncate", path);
-    if (::lseek(fd.get(), static_cast<off_t>(last_valid_end), SEEK_SET) < 0) return errno_text("cannot seek", path);
-    if (::fsync(fd.get()) != 0) return errno_text("cannot fsync", path);
-    wal->fd_ = std::move(fd);
-    wal->active_index_ = last_index;
-    wal->active_bytes_ = last_valid_end;
+    if (!fd.valid()) return errno_text("cannot open for writing", path);
+    if (torn_end != 0 && last_version == 1) {
+      // Format 1 is never appended to again, so its torn tail is cut off (it ends at the end of its file).
+      if (::ftruncate(fd.get(), static_cast<off_t>(last_end)) != 0) return errno_text("cannot truncate", path);
+      if (::fsync(fd.get()) != 0) return errno_text("cannot fsync", path);
+    } else if (torn_end != 0) {
+      // Zeros again, durably, before anything is appended: no byte of the torn group may survive behind a
+      // later, shorter group, where it could line up as a record.
+      write_zeros_or_die(fd.get(), last_end, torn_end - last_end, path);
+      if (::fdatasync(fd.get()) != 0) return errno_text("cannot fdatasync", path);
+    }
+    if (last_complete) {
+      wal->create_segment_now(last_index + 1);
+    } else {
+      wal->fd_ = std::move(fd);
+      wal->active_index_ = last_index;
+      wal->active_bytes_ = last_end;
+      wal->active_capacity_ = last_size;
+      wal->salt_ = last_salt;
+    }
   }
-  // A stable record replayed may make compaction due at the first sync.
+  // A stable record replayed may make compaction due at the first maintain().
   for (const auto& r : records) {
     if (std::holds_alternative<StableRecord>(r)) wal->stable_since_compact_ = true;
   }
