@@ -47,7 +47,10 @@ struct SpecCounterLoop {
   std::deque<Op> chain;          // live increments in flight, in submission order; each relies on the one before
   std::set<std::uint64_t> dead;  // in flight but relying on a failed prediction: they come back as no-ops
   bool waiting_first = false;    // the newest live increment has no usable reply yet: its token is unknown
-  bool recovering = false;       // a prediction failed: wait until nothing is in flight, then resume
+  // A prediction failed: wait until every live increment up to the failed one is final, then resume. The dead
+  // ones need no waiting: each carries a predicate on a result the replicas logged differently, so every
+  // correct replica turns it into a no-op wherever it lands in the order, and it cannot move the token.
+  bool recovering = false;
   std::uint64_t next_token = 0;  // the token for the next increment (when !waiting_first)
   // The committed state: the result of the newest increment whose consensus result executed.
   std::uint64_t committed_id = 0;
@@ -155,9 +158,10 @@ struct SpecCounterLoop {
     finish_recovery();
   }
 
-  // Resumes from the committed state once nothing is in flight (the newest executed result is then known).
+  // Resumes from the committed state once no live increment is in flight (the newest result that executed is
+  // then known: live increments before the failed one are final, and dead ones never execute).
   void finish_recovery() {
-    if (!recovering || !chain.empty() || !dead.empty()) return;
+    if (!recovering || !chain.empty()) return;
     recovering = false;
     next_token = committed_token;
     pump();
