@@ -23,7 +23,9 @@ Measurements (each from `bftfs counter --json`, which times itself with CLOCK_MO
   seq2000_ms      one client, 2000 increments each presenting the previous reply's token (QUICK=1: 200, reported
                   under the same key), for every system, topology and delay
   peak_ops_per_s  closed-loop clients 1..32 on the LAN for pbft and pbftcs (PBFT-CS clients limited to 4 in
-                  flight, as the paper did for throughput), the best point
+                  flight, as the paper did for throughput), the best point. Both clusters run side by side and
+                  the two systems' runs alternate, 3 rounds (QUICK=1: 1), so a disturbance on this shared 2-core
+                  machine hits both; each point is the median of its rounds.
   faulty          PBFT-CS with the primary corrupting 1% of its early replies (`--corrupt-early-replies 0.01`), in
                   the primary-local topology at 0, 2.5 and 15 ms (Figure 9). seq2000_ms_faulty_1pct: the client
                   keeps speculating (`--spec-failure-window 0`), as in the paper's experiment, so the number is
@@ -36,11 +38,15 @@ Measurements (each from `bftfs counter --json`, which times itself with CLOCK_MO
 
 Output: bench-results/counter-wan.json (keys points, by_topology, throughput, faulty, targets, meta),
 bench-results/counter-wan.png (time per topology and delay) and counter-wan-throughput.png.
-Environment: BUILD (or BFTFS_BUILD), QUICK=1 (a few minutes), BENCH_KEEP=1 keeps the scratch directory.
+Environment: BUILD (or BFTFS_BUILD), QUICK=1 (a few minutes), BENCH_KEEP=1 keeps the scratch directory,
+BENCH_PARTS=sequential,throughput,faulty (default all) re-measures only those parts and keeps the others from the
+existing bench-results/counter-wan.json (faulty needs the sequential part's fault-free runs).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -64,9 +70,9 @@ WAN_REPLICA_ARGS = ["--batch-window", "4"]
 def plan() -> dict:
     if common.quick_mode():
         return {"requests": 200, "delays": [2.5, 15.0], "clients": [1, 8, 32], "duration_s": 2.0,
-                "warmup_s": 0.5, "fault_delays": [0.0, 2.5, 15.0]}
+                "warmup_s": 0.5, "fault_delays": [0.0, 2.5, 15.0], "rounds": 1}
     return {"requests": 2000, "delays": [2.5, 15.0], "clients": [1, 2, 4, 8, 16, 32], "duration_s": 3.0,
-            "warmup_s": 0.5, "fault_delays": [0.0, 2.5, 15.0]}
+            "warmup_s": 0.5, "fault_delays": [0.0, 2.5, 15.0], "rounds": 3}
 
 
 def wan_args(delay_ms: float, sites: dict[int, int]) -> list[str]:
@@ -121,23 +127,58 @@ def sequential(cluster: LocalCluster, system: str, topology: str, delay_ms: floa
     return out
 
 
-def throughput(cluster: LocalCluster, system: str, p: dict) -> dict:
-    """Closed-loop throughput on the LAN for 1..32 clients (PBFT-CS clients with 4 in flight)."""
-    cluster.fresh_data(f"{system}-throughput")
-    cluster.start_replicas(PBFTCS_REPLICA_ARGS if system == "pbftcs" else [])
-    client = ["--spec", "--spec-window", 4] if system == "pbftcs" else []
-    points = {}
-    try:
-        cluster.counter(client + ["--requests", 20, "--warmup", 0], timeout_s=60)
-        for k in p["clients"]:
-            r = cluster.counter(client + ["--clients", k, "--duration-s", p["duration_s"], "--warmup-s",
-                                          p["warmup_s"], "--timeout-s", 20], clients=k,
-                                timeout_s=90 + p["duration_s"])
-            points[str(k)] = round(r["ops_per_s"], 1)
-            progress(f"{system}: {k:2d} clients: {r['ops_per_s']:8.0f} ops/s (p50 {r['p50_us']:.0f} us)")
-    finally:
-        cluster.stop_replicas()
-    return {"peak_ops_per_s": max(points.values()), "throughput": points}
+def throughput(bftfs: Path, p: dict) -> dict:
+    """Closed-loop throughput on the LAN for 1..32 clients, PBFT and PBFT-CS (clients with 4 in flight) side
+    by side: both clusters are up, and their runs alternate point by point and round by round."""
+    client = {"pbft": [], "pbftcs": ["--spec", "--spec-window", 4]}
+    samples: dict = {s: {str(k): [] for k in p["clients"]} for s in client}
+    with LocalCluster(bftfs, f=1, clients=512, keep=common.keep_scratch()) as cp, \
+            LocalCluster(bftfs, f=1, clients=512, keep=common.keep_scratch()) as cc:
+        clusters = {"pbft": cp, "pbftcs": cc}
+        cp.fresh_data("pbft-throughput")
+        cp.start_replicas([])
+        cc.fresh_data("pbftcs-throughput")
+        cc.start_replicas(PBFTCS_REPLICA_ARGS)
+        for system, cluster in clusters.items():
+            cluster.counter(client[system] + ["--requests", 20, "--warmup", 0], timeout_s=60)
+        for rnd in range(p["rounds"]):
+            for k in p["clients"]:
+                for system, cluster in clusters.items():
+                    r = cluster.counter(client[system] + ["--clients", k, "--duration-s", p["duration_s"],
+                                                          "--warmup-s", p["warmup_s"], "--timeout-s", 20],
+                                        clients=k, timeout_s=90 + p["duration_s"])
+                    samples[system][str(k)].append(round(r["ops_per_s"], 1))
+                    progress(f"{system}: {k:2d} clients: {r['ops_per_s']:8.0f} ops/s (p50 {r['p50_us']:.0f} us; "
+                             f"round {rnd + 1}/{p['rounds']})")
+    out = {}
+    for system, points in samples.items():
+        med = {k: sorted(v)[(len(v) - 1) // 2] for k, v in points.items()}
+        out[system] = {"peak_ops_per_s": max(med.values()), "throughput": med, "samples": points}
+    return out
+
+
+def faulty_runs(cluster: LocalCluster, by: dict, p: dict) -> dict:
+    """PBFT-CS with a primary lying in 1% of its early replies, always speculating and with the §3.4 rule."""
+    faulty = {}
+    for delay in p["fault_delays"]:
+        topology = "primary_local" if delay > 0 else "lan"
+        clean = by[topology][f"{delay:g}"]["pbftcs"]["seq2000_ms"]
+        point: dict = {"seq2000_ms_fault_free": clean}
+        for name, client_extra in (("always_speculating", ["--spec-failure-window", "0"]), ("distrust_rule", [])):
+            run = sequential(cluster, "pbftcs", topology, delay, p, ["--corrupt-early-replies", "0.01"],
+                             client_extra)
+            run["slowdown"] = ratio(run["seq2000_ms"], clean)
+            point[name] = run
+            progress(f"faulty 1% {topology} {delay:g} ms, {name.replace('_', ' ')}: {run['seq2000_ms'] / 1000:.2f} s "
+                     f"(x{run['slowdown']} of fault-free; rollbacks {run.get('rollbacks')}, violations "
+                     f"{run.get('violations')}, counter moved {run.get('counter_delta')} for {run.get('committed')} "
+                     f"committed)")
+        point["seq2000_ms_faulty_1pct"] = point["always_speculating"]["seq2000_ms"]
+        point["slowdown"] = point["always_speculating"]["slowdown"]
+        point["seq2000_ms_faulty_1pct_distrust_rule"] = point["distrust_rule"]["seq2000_ms"]
+        point["slowdown_distrust_rule"] = point["distrust_rule"]["slowdown"]
+        faulty[f"{delay:g}"] = point
+    return faulty
 
 
 def ratio(a, b):
@@ -219,44 +260,40 @@ def main() -> int:
     common.exit_cleanly_on_sigterm()
     bftfs = common.bftfs_binary()
     p = plan()
+    parts = set((os.environ.get("BENCH_PARTS") or "sequential,throughput,faulty").split(","))
+    unknown = parts - {"sequential", "throughput", "faulty"}
+    if unknown:
+        raise SystemExit(f"BENCH_PARTS: unknown parts {sorted(unknown)}")
+    previous: dict = {}
+    out_path = common.RESULTS_DIR / "counter-wan.json"
+    if parts != {"sequential", "throughput", "faulty"}:
+        previous = json.loads(out_path.read_text())
     before = common.machine_busy_before()
-    progress(f"bench_counter_wan: {'QUICK ' if common.quick_mode() else ''}plan {p}; before start: {before}")
+    progress(f"bench_counter_wan: {'QUICK ' if common.quick_mode() else ''}plan {p}; parts {sorted(parts)}; "
+             f"before start: {before}")
     started = time.monotonic()
-    points: list[dict] = []
-    by: dict = {t: {} for t in TOPOLOGIES}
+    points: list[dict] = previous.get("points", [])
+    by: dict = previous.get("by_topology", {t: {} for t in TOPOLOGIES})
     configs = [("lan", 0.0)] + [(t, d) for d in p["delays"] for t in TOPOLOGIES if t != "lan"]
+    tput = previous.get("throughput", {})
+    faulty = previous.get("faulty", {})
+    if "throughput" in parts:
+        tput = throughput(bftfs, p)
     with LocalCluster(bftfs, f=1, clients=512, keep=common.keep_scratch()) as cluster:
-        for topology, delay in configs:
-            point = {"topology": topology, "delay_ms": delay}
-            for system in SYSTEMS:
-                point[system] = sequential(cluster, system, topology, delay, p)
-                progress(f"{topology} {delay:g} ms {system}: {point[system]['seq2000_ms'] / 1000:.2f} s")
-            points.append(point)
-            by[topology][f"{delay:g}"] = {s: point[s] for s in SYSTEMS}
-        # With no delay the topologies coincide: the LAN point is their 0 ms point.
-        for topology in TOPOLOGIES:
-            by[topology].setdefault("0", by["lan"]["0"])
-        tput = {system: throughput(cluster, system, p) for system in ("pbft", "pbftcs")}
-        faulty = {}
-        for delay in p["fault_delays"]:
-            topology = "primary_local" if delay > 0 else "lan"
-            clean = by[topology][f"{delay:g}"]["pbftcs"]["seq2000_ms"]
-            point = {"seq2000_ms_fault_free": clean}
-            for name, client_extra in (("always_speculating", ["--spec-failure-window", "0"]),
-                                       ("distrust_rule", [])):
-                run = sequential(cluster, "pbftcs", topology, delay, p, ["--corrupt-early-replies", "0.01"],
-                                 client_extra)
-                run["slowdown"] = ratio(run["seq2000_ms"], clean)
-                point[name] = run
-                progress(f"faulty 1% {topology} {delay:g} ms, {name.replace('_', ' ')}: "
-                         f"{run['seq2000_ms'] / 1000:.2f} s (x{run['slowdown']} of fault-free; rollbacks "
-                         f"{run.get('rollbacks')}, violations {run.get('violations')}, counter moved "
-                         f"{run.get('counter_delta')} for {run.get('committed')} committed)")
-            point["seq2000_ms_faulty_1pct"] = point["always_speculating"]["seq2000_ms"]
-            point["slowdown"] = point["always_speculating"]["slowdown"]
-            point["seq2000_ms_faulty_1pct_distrust_rule"] = point["distrust_rule"]["seq2000_ms"]
-            point["slowdown_distrust_rule"] = point["distrust_rule"]["slowdown"]
-            faulty[f"{delay:g}"] = point
+        if "sequential" in parts:
+            points, by = [], {t: {} for t in TOPOLOGIES}
+            for topology, delay in configs:
+                point = {"topology": topology, "delay_ms": delay}
+                for system in SYSTEMS:
+                    point[system] = sequential(cluster, system, topology, delay, p)
+                    progress(f"{topology} {delay:g} ms {system}: {point[system]['seq2000_ms'] / 1000:.2f} s")
+                points.append(point)
+                by[topology][f"{delay:g}"] = {s: point[s] for s in SYSTEMS}
+            # With no delay the topologies coincide: the LAN point is their 0 ms point.
+            for topology in TOPOLOGIES:
+                by[topology].setdefault("0", by["lan"]["0"])
+        if "faulty" in parts:
+            faulty = faulty_runs(cluster, by, p)
     results = {
         "points": points,
         "by_topology": by,
@@ -272,8 +309,12 @@ def main() -> int:
         machine_before_start=before, wall_time_s=round(time.monotonic() - started, 1), requests=p["requests"],
         delays_ms=p["delays"], closed_loop_clients=p["clients"], closed_loop_duration_s=p["duration_s"],
         replicas=4, f=1, transport="TCP on 127.0.0.1 with user-space one-way delays per link",
+        parts_measured=sorted(parts),
         note=("seq2000_ms is the total time of the sequential run whatever its length (meta.requests); "
               "by_topology[t]['0'] is the LAN point for every topology"))
+    if previous:
+        # The parts not re-measured come from this earlier run.
+        results["meta"]["earlier_run"] = previous.get("meta", {}).get("earlier_run", previous.get("meta"))
     out_dir = common.RESULTS_DIR
     common.write_json(out_dir / "counter-wan.json", results)
     written = plot(results, out_dir)
