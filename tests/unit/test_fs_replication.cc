@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "common/prng.h"
+#include "shim/envelope.h"
+#include "shim/shim.h"
 #include "test_fs_util.h"
 
 using namespace fstest;
@@ -391,4 +393,36 @@ TEST_CASE("fs a partition that would exceed its byte limit gives ENOSPC and chan
   CHECK(h.svc.partition_count() == 1);
   const CheckpointId cp = h.svc.checkpoint(h.seq);  // still encodable within the limit
   CHECK(h.svc.read_partition(cp.seq, 0).size() <= kPartitionBytesMax);
+}
+
+TEST_CASE("fs runs behind the PBFT-CS shim: the largest results fit and the partitions add up", "[fs]") {
+  namespace shim = bftfs::shim;
+  FsService fs(nullptr, small_options());
+  shim::Shim s(fs, nullptr);
+  CHECK(s.partition_count() == small_options().partitions + shim::kShimPartitions);
+  ExecContext ctx;
+  ctx.seq = 1;
+  ctx.client = 7;
+  ctx.request_id = 1;
+  ctx.timestamp_ns = 1000;
+  const Bytes fill = encode_request(Request{{create(kRoot, "f"), write(Handle::result_of(0), 0, Bytes(kIoBytesMax, 5)),
+                                             symlink(kRoot, "s", std::string(kSymlinkBytesMax, 'x'))}});
+  shim::ShimResult sr;
+  REQUIRE(shim::decode_result(s.execute(ctx, shim::encode_request({}, fill)), sr));
+  REQUIRE(sr.status == shim::ShimStatus::kExecuted);
+  Result r;
+  REQUIRE(decode_result(sr.inner, r) == FsDecodeError::kOk);
+  REQUIRE(r.outcome == Outcome::kDone);
+  const Handle f = r.results[0].attr.handle();
+  const Handle sl = r.results[2].attr.handle();
+  // Near the worst case: a full read, a readlink of the longest target and a long readdir in one compound.
+  const Bytes big = encode_request(Request{{read(f, 0, kIoBytesMax), readlink(sl), readdir(kRoot, 0, 900)}});
+  Bytes out;
+  REQUIRE(s.execute_read_only(7, shim::encode_request({}, big), out));
+  REQUIRE(shim::decode_result(out, sr));
+  REQUIRE(decode_result(sr.inner, r) == FsDecodeError::kOk);
+  CHECK(r.outcome == Outcome::kDone);
+  CHECK(r.results[0].data.size() == kIoBytesMax);
+  CHECK(r.results[1].target.size() == kSymlinkBytesMax);
+  CHECK_FALSE(s.checkpoint(1).digest.is_zero());
 }
