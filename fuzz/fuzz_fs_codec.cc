@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace bftfs::fs;
   const std::span<const std::uint8_t> input(data, size);
 
-  Request req;
+  fs::Request req;
   if (decode_request(input, req) == FsDecodeError::kOk) {
     const Bytes again = encode_request(req);
     if (!std::equal(again.begin(), again.end(), input.begin(), input.end())) {
@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (worst > kFsResultBytesMax) fuzz::fail("accepted fs request whose result could exceed the bound");
   }
 
-  Result res;
+  fs::Result res;
   if (decode_result(input, res) == FsDecodeError::kOk) {
     const Bytes again = encode_result(res);
     if (!std::equal(again.begin(), again.end(), input.begin(), input.end())) {

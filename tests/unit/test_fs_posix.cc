@@ -482,3 +482,30 @@ TEST_CASE("fs statfs reports capacity and usage; fsync validates its handle", "[
   h.ok(remove(kRoot, "f"));
   CHECK(h.err_of(fsync(f)) == err::kStale);
 }
+
+TEST_CASE("fs moving a directory to another parent needs write permission on it ('..' changes)", "[fs]") {
+  Harness h;
+  const Handle p = h.make_dir(kRoot, "p", 0777);
+  const Handle q = h.make_dir(kRoot, "q", 0777);
+  h.make_dir(p, "ro", 0555, user(1000, 100));
+  CHECK(h.err_of(rename(p, "ro", q, "ro", user(1000, 100))) == err::kAccess);
+  h.ok(rename(p, "ro", p, "renamed-in-place", user(1000, 100)));  // same parent: '..' stays
+  h.ok(chmod(h.ok(lookup(p, "renamed-in-place")).attr.handle(), 0755, user(1000, 100)));
+  h.ok(rename(p, "renamed-in-place", q, "ro", user(1000, 100)));
+}
+
+TEST_CASE("fs operations on the wrong kind of object give the POSIX errno", "[fs]") {
+  Harness h;
+  const Handle f = h.make_file(kRoot, "f");
+  const Handle d = h.make_dir(kRoot, "d");
+  CHECK(h.err_of(read(d, 0, 1)) == err::kIsDir);
+  CHECK(h.err_of(write(d, 0, std::string("x"))) == err::kIsDir);
+  CHECK(h.err_of(create(f, "x")) == err::kNotDir);
+  CHECK(h.err_of(mkdir(f, "x")) == err::kNotDir);
+  CHECK(h.err_of(remove(f, "x")) == err::kNotDir);
+  CHECK(h.err_of(rename(f, "x", kRoot, "y")) == err::kNotDir);
+  CHECK(h.err_of(link(f, f, "x")) == err::kNotDir);
+  CHECK(h.err_of(readlink(f)) == err::kInval);
+  CHECK(h.err_of(remove(kRoot, ".")) == err::kIsDir);
+  CHECK(h.err_of(link(f, kRoot, "..")) == err::kExist);
+}
