@@ -509,3 +509,20 @@ TEST_CASE("fs operations on the wrong kind of object give the POSIX errno", "[fs
   CHECK(h.err_of(remove(kRoot, ".")) == err::kIsDir);
   CHECK(h.err_of(link(f, kRoot, "..")) == err::kExist);
 }
+
+TEST_CASE("fs link counts stop at the maximum with EMLINK", "[fs]") {
+  Harness h;
+  h.check_invariants = false;  // 65000 names: checked once at the end
+  const Handle f = h.make_file(kRoot, "f");
+  std::uint32_t made = 1;
+  while (made < kLinkMax) {
+    std::vector<Op> ops;
+    for (; made < kLinkMax && ops.size() < kCompoundOpsMax; ++made) {
+      ops.push_back(link(f, kRoot, "l" + std::to_string(made)));
+    }
+    REQUIRE(h.run(ops).outcome == Outcome::kDone);
+  }
+  CHECK(h.attr(f).nlink == kLinkMax);
+  CHECK(h.err_of(link(f, kRoot, "one-too-many")) == err::kMLink);
+  CHECK(h.svc.check_invariants() == "");
+}
