@@ -67,7 +67,8 @@ struct Inode {
   std::uint64_t atime_ns = 0;
   std::uint64_t mtime_ns = 0;
   std::uint64_t ctime_ns = 0;
-  std::uint64_t stored_blocks = 0;  // regular files: data objects
+  std::uint64_t stored_blocks = 0;  // regular files: data objects (what capacity counts)
+  std::uint64_t stored_bytes = 0;   // regular files: bytes in those objects (what st_blocks reports)
   std::uint64_t parent = 0;         // directories
   std::uint64_t next_cookie = 0;    // directories
   std::uint64_t entries = 0;        // directories (without '.' and '..')
@@ -88,6 +89,7 @@ Bytes encode_inode(const Inode& n) {
   w.u64(n.mtime_ns);
   w.u64(n.ctime_ns);
   w.u64(n.stored_blocks);
+  w.u64(n.stored_bytes);
   w.u64(n.parent);
   w.u64(n.next_cookie);
   w.u64(n.entries);
@@ -111,6 +113,7 @@ bool decode_inode(std::span<const std::uint8_t> b, Inode& n) {
   if (!decode_file_type(type, n.type)) return false;
   if (!r.u32(n.mode) || !r.u32(n.nlink) || !r.u32(n.uid) || !r.u32(n.gid) || !r.u64(n.size)) return false;
   if (!r.u64(n.atime_ns) || !r.u64(n.mtime_ns) || !r.u64(n.ctime_ns) || !r.u64(n.stored_blocks)) return false;
+  if (!r.u64(n.stored_bytes)) return false;
   if (!r.u64(n.parent) || !r.u64(n.next_cookie) || !r.u64(n.entries)) return false;
   if (!r.u16(target_len)) return false;
   if (target_len > kSymlinkBytesMax) return false;
@@ -255,7 +258,7 @@ Attr attr_of(const Inode& n) {
   a.uid = n.uid;
   a.gid = n.gid;
   a.size = n.type == FileType::kDirectory ? n.entries : n.size;
-  a.blocks = n.stored_blocks * (kBlockBytes / 512);
+  a.blocks = n.stored_bytes / 512 + (n.stored_bytes % 512 != 0 ? 1 : 0);
   a.atime_ns = n.atime_ns;
   a.mtime_ns = n.mtime_ns;
   a.ctime_ns = n.ctime_ns;
@@ -468,6 +471,9 @@ struct FsService::Impl {
     for (;;) {
       const std::optional<ObjectKey> k = store.first_at_or_after(ObjectKey::data(n.ino, first));
       if (!k.has_value() || k->ino != n.ino || k->kind != Kind::kData) break;
+      const std::uint64_t bytes = store.get(*k)->size();
+      BFT_ASSERT(n.stored_bytes >= bytes);
+      n.stored_bytes -= bytes;
       erase(*k);
       BFT_ASSERT(n.stored_blocks > 0);
       BFT_ASSERT(s.used_blocks > 0);
@@ -505,7 +511,10 @@ struct FsService::Impl {
       if (keep != 0) {
         const ObjectKey k = ObjectKey::data(n.ino, size / kBlockBytes);
         const Value v = store.get(k);
-        if (v != nullptr && v->size() > keep) put(k, Bytes(v->begin(), v->begin() + static_cast<std::ptrdiff_t>(keep)));
+        if (v != nullptr && v->size() > keep) {
+          n.stored_bytes -= v->size() - keep;
+          put(k, Bytes(v->begin(), v->begin() + static_cast<std::ptrdiff_t>(keep)));
+        }
       }
     }
     n.size = size;
@@ -649,7 +658,10 @@ struct FsService::Impl {
       const std::uint64_t base = b * kBlockBytes;
       const std::uint64_t from = std::max(op.offset, base) - base;
       const std::uint64_t to = std::min(end, base + kBlockBytes) - base;
-      if (block.size() < to) block.resize(to, 0);
+      if (block.size() < to) {
+        n.stored_bytes += to - block.size();
+        block.resize(to, 0);
+      }
       std::memcpy(block.data() + from, op.data.data() + (base + from - op.offset), to - from);
       put(k, std::move(block));
     }
@@ -1107,6 +1119,7 @@ std::string FsService::Impl::check_invariants() const {
   std::map<std::uint64_t, std::uint64_t> subdirs;     // dir -> directory entries in it
   std::map<std::uint64_t, std::uint64_t> entries;     // dir -> entries
   std::map<std::uint64_t, std::uint64_t> blocks;      // ino -> data objects
+  std::map<std::uint64_t, std::uint64_t> bytes;       // ino -> bytes in them
   std::uint64_t data_objects = 0;
   for (const auto& [k, v] : all) {
     if (!value_ok(k, *v)) return "undecodable object";
@@ -1161,6 +1174,7 @@ std::string FsService::Impl::check_invariants() const {
         if (owner == inodes.end() || owner->second.type != FileType::kRegular) return "data of a non-file";
         if (k.index * kBlockBytes + v->size() > owner->second.size) return "data beyond the file size";
         ++blocks[k.ino];
+        bytes[k.ino] += v->size();
         ++data_objects;
         break;
     }
@@ -1175,6 +1189,7 @@ std::string FsService::Impl::check_invariants() const {
              std::to_string(ino);
     }
     if (n.stored_blocks != blocks[ino]) return "stored block count wrong for ino " + std::to_string(ino);
+    if (n.stored_bytes != bytes[ino]) return "stored byte count wrong for ino " + std::to_string(ino);
   }
   if (inodes.count(kRootIno) == 0) return "no root";
   if (s.used_inodes != inodes.size()) return "used_inodes wrong";
