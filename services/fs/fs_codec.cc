@@ -185,6 +185,7 @@ void put_op(ByteWriter& w, const Op& op) {
       put_string16(w, op.target);
       break;
     case OpCode::kReaddir:
+    case OpCode::kReaddirPlus:
       put_handle(w, op.handle);
       w.u64(op.cookie);
       w.u32(op.count);
@@ -284,6 +285,7 @@ bool get_op(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError
              get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire) &&
              get_string16(r, kSymlinkWireBytesMax, op.target, e, FsDecodeError::kTargetTooLongOnWire);
     case OpCode::kReaddir:
+    case OpCode::kReaddirPlus:
       if (!get_handle(r, earlier, op.handle, e) || !r.u64(op.cookie) || !r.u32(op.count)) return false;
       if (op.count == 0 || op.count > kReaddirEntriesMax) {
         e = FsDecodeError::kBadReaddirCount;
@@ -326,7 +328,8 @@ bool get_op_result(ByteReader& r, OpResult& res, FsDecodeError& e) {
       return r.u32(res.count);
     case OpCode::kReadlink:
       return get_string16(r, kSymlinkBytesMax, res.target, e, FsDecodeError::kTargetTooLongOnWire);
-    case OpCode::kReaddir: {
+    case OpCode::kReaddir:
+    case OpCode::kReaddirPlus: {
       std::uint32_t n = 0;
       if (!get_bool(r, res.eof, e) || !r.u32(n)) return false;
       if (n > kReaddirEntriesMax) {
@@ -337,6 +340,7 @@ bool get_op_result(ByteReader& r, OpResult& res, FsDecodeError& e) {
       for (auto& d : res.entries) {
         if (!r.u64(d.cookie) || !r.u64(d.ino) || !get_file_type(r, d.type, e)) return false;
         if (!get_string16(r, kNameBytesMax, d.name, e, FsDecodeError::kNameTooLongOnWire)) return false;
+        if (res.code == OpCode::kReaddirPlus && !get_attr(r, d.attr, e)) return false;
       }
       return true;
     }
@@ -358,6 +362,7 @@ bool returns_attr(OpCode code) {
     case OpCode::kRename:
     case OpCode::kReadlink:
     case OpCode::kReaddir:
+    case OpCode::kReaddirPlus:
     case OpCode::kStatfs:
       return false;
     default:
@@ -372,6 +377,7 @@ bool is_read_only(OpCode code) {
     case OpCode::kRead:
     case OpCode::kReadlink:
     case OpCode::kReaddir:
+    case OpCode::kReaddirPlus:
     case OpCode::kStatfs:
       return true;
     default:
@@ -415,6 +421,9 @@ std::size_t worst_case_result_bytes(const Op& op) {
     case OpCode::kWrite: body += 4; break;
     case OpCode::kReadlink: body += 2 + kSymlinkBytesMax; break;
     case OpCode::kReaddir: body += 1 + 4 + static_cast<std::size_t>(op.count) * kDirEntryBytesMax; break;
+    case OpCode::kReaddirPlus:
+      body += 1 + 4 + static_cast<std::size_t>(op.count) * (kDirEntryBytesMax + kAttrBytes);
+      break;
     case OpCode::kStatfs: body += 4 + 5 * 8 + 4; break;
     default: break;
   }
@@ -475,6 +484,7 @@ void encode_op_result(const OpResult& res, Bytes& out) {
       put_string16(w, res.target);
       break;
     case OpCode::kReaddir:
+    case OpCode::kReaddirPlus:
       w.u8(res.eof ? 1 : 0);
       w.u32(static_cast<std::uint32_t>(res.entries.size()));
       for (const DirEntry& d : res.entries) {
@@ -482,6 +492,7 @@ void encode_op_result(const OpResult& res, Bytes& out) {
         w.u64(d.ino);
         w.u8(static_cast<std::uint8_t>(d.type));
         put_string16(w, d.name);
+        if (res.code == OpCode::kReaddirPlus) put_attr(w, d.attr);
       }
       break;
     case OpCode::kStatfs:

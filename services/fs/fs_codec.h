@@ -48,8 +48,9 @@ enum class OpCode : std::uint8_t {
   kReaddir = 14,
   kStatfs = 15,
   kFsync = 16,
+  kReaddirPlus = 17,  // READDIR with each entry's Attr (FUSE readdirplus: no LOOKUP per entry)
 };
-inline constexpr std::uint8_t kOpCodeMax = 16;
+inline constexpr std::uint8_t kOpCodeMax = 17;
 
 // True for ops whose successful result is an Attr (they can be named by a result reference).
 bool returns_attr(OpCode code);
@@ -128,7 +129,7 @@ struct Op {
   std::string name;       // entry name; RENAME source name
   std::string name2;      // RENAME target name
   std::uint64_t offset = 0;  // READ, WRITE
-  std::uint32_t count = 0;   // READ bytes, READDIR max entries
+  std::uint32_t count = 0;   // READ bytes, READDIR/READDIRPLUS max entries
   Bytes data;                // WRITE
   std::uint32_t mode = 0;    // CREATE, MKDIR, SETATTR (07777 bits)
   bool exclusive = false;    // CREATE
@@ -136,7 +137,7 @@ struct Op {
   std::uint32_t uid = 0, gid = 0;               // SETATTR
   std::uint64_t size = 0, atime_ns = 0, mtime_ns = 0;  // SETATTR
   std::string target;        // SYMLINK
-  std::uint64_t cookie = 0;  // READDIR
+  std::uint64_t cookie = 0;  // READDIR, READDIRPLUS
   friend bool operator==(const Op&, const Op&) = default;
 };
 
@@ -167,6 +168,7 @@ struct DirEntry {
   std::uint64_t ino = 0;
   FileType type = FileType::kRegular;
   std::string name;
+  Attr attr;  // READDIRPLUS only
   friend bool operator==(const DirEntry&, const DirEntry&) = default;
 };
 
@@ -186,7 +188,7 @@ struct OpResult {
   Bytes data;                     // READ
   std::uint32_t count = 0;        // WRITE
   std::string target;             // READLINK
-  std::vector<DirEntry> entries;  // READDIR
+  std::vector<DirEntry> entries;  // READDIR, READDIRPLUS
   StatFs statfs;                  // STATFS
   friend bool operator==(const OpResult&, const OpResult&) = default;
 };

@@ -887,9 +887,9 @@ struct FsService::Impl {
     if (e != err::kOk) return e;
     if (dir.type != FileType::kDirectory) return err::kNotDir;
     if (!may(op.cred, dir, kWantR)) return err::kAccess;
-    if (op.cookie < 1) out.entries.push_back(DirEntry{1, dir.ino, FileType::kDirectory, "."});
+    if (op.cookie < 1) out.entries.push_back(DirEntry{1, dir.ino, FileType::kDirectory, ".", Attr{}});
     if (op.cookie < 2 && out.entries.size() < op.count) {
-      out.entries.push_back(DirEntry{2, dir.parent, FileType::kDirectory, ".."});
+      out.entries.push_back(DirEntry{2, dir.parent, FileType::kDirectory, "..", Attr{}});
     }
     std::uint64_t from = std::max<std::uint64_t>(op.cookie, 2);
     out.eof = true;
@@ -904,8 +904,16 @@ struct FsService::Impl {
       }
       EntryRec er;
       if (!decode_entry_rec(*store.get(*k), er)) return err::kIo;
-      out.entries.push_back(DirEntry{k->index, er.ino, er.type, std::move(er.name)});
+      out.entries.push_back(DirEntry{k->index, er.ino, er.type, std::move(er.name), Attr{}});
       from = k->index + 1;
+    }
+    if (op.code == OpCode::kReaddirPlus) {
+      for (DirEntry& d : out.entries) {
+        Inode n;
+        const std::uint32_t le = load_linked(d.ino, n);
+        if (le != err::kOk) return le;
+        d.attr = attr_of(n);
+      }
     }
     return err::kOk;
   }
@@ -940,7 +948,8 @@ struct FsService::Impl {
       case OpCode::kLink: return op_link(op, earlier, out);
       case OpCode::kSymlink: return make_node(op, earlier, FileType::kSymlink, 0777, out);
       case OpCode::kReadlink: return op_readlink(op, earlier, out);
-      case OpCode::kReaddir: return op_readdir(op, earlier, out);
+      case OpCode::kReaddir:
+      case OpCode::kReaddirPlus: return op_readdir(op, earlier, out);
       case OpCode::kStatfs: return op_statfs(op, earlier, out);
       case OpCode::kFsync: return op_getattr(op, earlier, out);  // the replicated state is durable by checkpoints
     }

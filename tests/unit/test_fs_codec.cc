@@ -43,6 +43,9 @@ std::vector<Op> every_op() {
   ops.push_back(readdir(h, 99, 100, c));
   ops.push_back(statfs(h, c));
   ops.push_back(fsync(h, c));
+  Op plus = readdir(Handle::result_of(7), 3, 1000, c);
+  plus.code = OpCode::kReaddirPlus;
+  ops.push_back(plus);
   ops[3] = expecting_errno(ops[3], err::kNoEnt);
   OpResult r;
   r.code = OpCode::kGetattr;
@@ -66,7 +69,12 @@ std::vector<OpResult> every_result() {
       case OpCode::kReadlink: r.target = "x/y"; break;
       case OpCode::kReaddir:
         r.eof = false;
-        r.entries = {DirEntry{1, 1, FileType::kDirectory, "."}, DirEntry{7, 12, FileType::kRegular, "f"}};
+        r.entries = {DirEntry{1, 1, FileType::kDirectory, ".", Attr{}},
+                     DirEntry{7, 12, FileType::kRegular, "f", Attr{}}};
+        break;
+      case OpCode::kReaddirPlus:
+        r.eof = true;
+        r.entries = {DirEntry{7, 12, FileType::kRegular, "f", a}};
         break;
       case OpCode::kStatfs: r.statfs = StatFs{65536, 10, 9, 9, 100, 98, 255}; break;
       default: break;
@@ -123,7 +131,7 @@ TEST_CASE("fs request decoder names the first check that failed", "[fs]") {
   b[1] = 65;
   CHECK(decode_request(b, out) == FsDecodeError::kBadOpCount);
   b = good;
-  b[2] = 17;
+  b[2] = kOpCodeMax + 1;
   CHECK(decode_request(b, out) == FsDecodeError::kBadOpCode);
   b = good;
   b[2 + 9] = 17;  // ngroups

@@ -527,3 +527,26 @@ TEST_CASE("fs link counts stop at the maximum with EMLINK", "[fs]") {
   CHECK(h.err_of(link(f, kRoot, "one-too-many")) == err::kMLink);
   CHECK(h.svc.check_invariants() == "");
 }
+
+TEST_CASE("fs readdirplus returns each entry's attributes as lookup would", "[fs]") {
+  Harness h;
+  const Handle d = h.make_dir(kRoot, "d");
+  h.make_file(d, "f", 0600);
+  h.ok(symlink(d, "s", "f"));
+  h.make_dir(d, "sub");
+  Op plus = readdir(d, 0, 100);
+  plus.code = OpCode::kReaddirPlus;
+  const OpResult r = h.ok(plus);
+  REQUIRE(r.entries.size() == 5);
+  CHECK(r.entries[0].attr == h.attr(d));
+  CHECK(r.entries[1].attr == h.attr(kRoot));
+  for (std::size_t i = 2; i < r.entries.size(); ++i) {
+    CHECK(r.entries[i].attr == h.ok(lookup(d, r.entries[i].name)).attr);
+    CHECK(r.entries[i].attr.ino == r.entries[i].ino);
+  }
+  Bytes fast;
+  CHECK(h.svc.execute_read_only(7, encode_request(Request{{plus}}), fast));
+  plus.cred = user(1000, 100);
+  h.ok(chmod(d, 0700));
+  CHECK(h.err_of(plus) == err::kAccess);
+}
