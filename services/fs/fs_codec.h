@@ -124,7 +124,8 @@ struct Op {
   Cred cred;
   Expect expect;
   Handle handle;          // the object, or the directory (LOOKUP, CREATE, REMOVE, MKDIR, RMDIR, SYMLINK,
-                          // READDIR), or the source directory (RENAME), or the link target (LINK)
+                          // READDIR, READDIRPLUS), or the source directory (RENAME), or the link target (LINK),
+                          // or any live object (STATFS)
   Handle handle2;         // RENAME target directory, LINK directory
   std::string name;       // entry name; RENAME source name
   std::string name2;      // RENAME target name

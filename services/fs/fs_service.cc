@@ -287,6 +287,7 @@ struct FsService::Impl {
       : opt(o), store(o.partitions), keeper("fs.ckpt", snapshots, initial_partitions(o)) {
     BFT_ASSERT(opt.partitions > 0);
     BFT_ASSERT(opt.inodes_max >= 1);
+    BFT_ASSERT(opt.file_bytes_max <= (1ull << 62));  // offsets plus lengths never overflow
     const std::string why = load_from(keeper.latest().parts);
     if (!why.empty()) services_internal::fatal_snapshot(keeper.name(), why);
     store.clear_dirty();
@@ -362,7 +363,8 @@ struct FsService::Impl {
     Super s;
     const Value v = store.get(ObjectKey::super());
     BFT_ASSERT(v != nullptr);  // present from the start; installs are checked for it
-    BFT_ASSERT(decode_super(*v, s));
+    const bool decoded = decode_super(*v, s);
+    BFT_ASSERT(decoded);  // every value was validated when it entered the store
     return s;
   }
   void save_super(const Super& s) { put(ObjectKey::super(), encode_super(s)); }
@@ -432,7 +434,8 @@ struct FsService::Impl {
     const std::optional<ObjectKey> k = store.first_at_or_after(ObjectKey::free_ino(0));
     if (k.has_value() && k->ino == 0 && k->kind == Kind::kFree) {
       std::uint64_t last = 0;
-      BFT_ASSERT(decode_u64(*store.get(*k), last));
+      const bool decoded = decode_u64(*store.get(*k), last);
+      BFT_ASSERT(decoded);
       ino = k->index;
       gen = last + 1;
       erase(*k);

@@ -24,7 +24,7 @@ struct FsOptions {
   std::uint64_t partitions = 1u << 16;          // P, >= 1
   std::uint64_t capacity_bytes = 64ull << 30;   // data capacity, counted in kBlockBytes blocks
   std::uint64_t inodes_max = 1u << 22;          // including the root
-  std::uint64_t file_bytes_max = 1ull << 40;    // EFBIG beyond
+  std::uint64_t file_bytes_max = 1ull << 40;    // EFBIG beyond; <= 2^62
   std::uint32_t root_mode = 0755;
   std::uint32_t root_uid = 0;
   std::uint32_t root_gid = 0;
