@@ -83,12 +83,13 @@ void put_attr(ByteWriter& w, const Attr& a) {
   w.u64(a.atime_ns);
   w.u64(a.mtime_ns);
   w.u64(a.ctime_ns);
+  w.u64(a.rdev);
 }
 
 bool get_file_type(ByteReader& r, FileType& t, FsDecodeError& e) {
   std::uint8_t v = 0;
   if (!r.u8(v)) return false;
-  if (v < 1 || v > 3) {
+  if (v < 1 || v > kFileTypeMax) {
     e = FsDecodeError::kBadFileType;
     return r.fail();
   }
@@ -100,7 +101,7 @@ bool get_attr(ByteReader& r, Attr& a, FsDecodeError& e) {
   if (!r.u64(a.ino) || !r.u64(a.generation)) return false;
   if (!get_file_type(r, a.type, e)) return false;
   return r.u32(a.mode) && r.u32(a.nlink) && r.u32(a.uid) && r.u32(a.gid) && r.u64(a.size) && r.u64(a.blocks) &&
-         r.u64(a.atime_ns) && r.u64(a.mtime_ns) && r.u64(a.ctime_ns);
+         r.u64(a.atime_ns) && r.u64(a.mtime_ns) && r.u64(a.ctime_ns) && r.u64(a.rdev);
 }
 
 bool get_bool(ByteReader& r, bool& v, FsDecodeError& e) {
@@ -167,6 +168,13 @@ void put_op(ByteWriter& w, const Op& op) {
       put_handle(w, op.handle);
       put_string16(w, op.name);
       w.u32(op.mode);
+      break;
+    case OpCode::kMknod:
+      put_handle(w, op.handle);
+      put_string16(w, op.name);
+      w.u32(op.mode);
+      w.u8(static_cast<std::uint8_t>(op.node_type));
+      w.u64(op.rdev);
       break;
     case OpCode::kRename:
       put_handle(w, op.handle);
@@ -272,6 +280,18 @@ bool get_op(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError
     case OpCode::kMkdir:
       return get_handle(r, earlier, op.handle, e) &&
              get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire) && r.u32(op.mode);
+    case OpCode::kMknod: {
+      std::uint8_t type = 0;
+      if (!get_handle(r, earlier, op.handle, e)) return false;
+      if (!get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire)) return false;
+      if (!r.u32(op.mode) || !r.u8(type)) return false;
+      if (type < static_cast<std::uint8_t>(FileType::kFifo) || type > kFileTypeMax) {
+        e = FsDecodeError::kBadNodeType;
+        return r.fail();
+      }
+      op.node_type = static_cast<FileType>(type);
+      return r.u64(op.rdev);
+    }
     case OpCode::kRename:
       return get_handle(r, earlier, op.handle, e) &&
              get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire) &&
@@ -409,6 +429,7 @@ std::string_view to_string(FsDecodeError e) {
     case FsDecodeError::kBadFileType: return "unknown file type";
     case FsDecodeError::kBadResultCount: return "result count inconsistent with the outcome";
     case FsDecodeError::kBadReadLength: return "read data longer than 512 KiB";
+    case FsDecodeError::kBadNodeType: return "mknod of a type that is not a FIFO, socket or device";
   }
   return "unknown decode error";
 }

@@ -29,7 +29,7 @@ inline constexpr std::uint32_t kReaddirEntriesMax = 1024;    // one READDIR
 // Every result of the file service fits in this, whatever the state (checked statically per request); it is
 // below shim::kInnerResultBytesMax (asserted in tests/unit/test_fs_codec.cc, to keep services/ free of shim/).
 inline constexpr std::size_t kFsResultBytesMax = 1u << 20;
-inline constexpr std::size_t kAttrBytes = 73;
+inline constexpr std::size_t kAttrBytes = 81;
 
 enum class OpCode : std::uint8_t {
   kLookup = 1,
@@ -49,8 +49,9 @@ enum class OpCode : std::uint8_t {
   kStatfs = 15,
   kFsync = 16,
   kReaddirPlus = 17,  // READDIR with each entry's Attr (FUSE readdirplus: no LOOKUP per entry)
+  kMknod = 18,        // a FIFO, socket or device node (the client's kernel does their I/O, not the service)
 };
-inline constexpr std::uint8_t kOpCodeMax = 17;
+inline constexpr std::uint8_t kOpCodeMax = 18;
 
 // True for ops whose successful result is an Attr (they can be named by a result reference).
 bool returns_attr(OpCode code);
@@ -77,7 +78,16 @@ inline constexpr std::uint32_t kNotEmpty = 39;
 inline constexpr std::uint32_t kStale = 116;
 }  // namespace err
 
-enum class FileType : std::uint8_t { kRegular = 1, kDirectory = 2, kSymlink = 3 };
+enum class FileType : std::uint8_t {
+  kRegular = 1,
+  kDirectory = 2,
+  kSymlink = 3,
+  kFifo = 4,
+  kSocket = 5,
+  kCharDevice = 6,
+  kBlockDevice = 7,
+};
+inline constexpr std::uint8_t kFileTypeMax = 7;
 
 struct Cred {
   std::uint32_t uid = 0;
@@ -132,7 +142,9 @@ struct Op {
   std::uint64_t offset = 0;  // READ, WRITE
   std::uint32_t count = 0;   // READ bytes, READDIR/READDIRPLUS max entries
   Bytes data;                // WRITE
-  std::uint32_t mode = 0;    // CREATE, MKDIR, SETATTR (07777 bits)
+  std::uint32_t mode = 0;    // CREATE, MKDIR, MKNOD, SETATTR (07777 bits)
+  FileType node_type = FileType::kRegular;  // MKNOD: kFifo..kBlockDevice
+  std::uint64_t rdev = 0;                   // MKNOD: device number (devices only; 0 otherwise)
   bool exclusive = false;    // CREATE
   std::uint8_t mask = 0;     // SETATTR
   std::uint32_t uid = 0, gid = 0;               // SETATTR
@@ -160,6 +172,7 @@ struct Attr {
   std::uint64_t atime_ns = 0;
   std::uint64_t mtime_ns = 0;
   std::uint64_t ctime_ns = 0;
+  std::uint64_t rdev = 0;  // device nodes
   Handle handle() const { return Handle::of(ino, generation); }
   friend bool operator==(const Attr&, const Attr&) = default;
 };
@@ -226,6 +239,7 @@ enum class FsDecodeError : std::uint8_t {
   kBadFileType,        // results only
   kBadResultCount,     // results only
   kBadReadLength,      // results only
+  kBadNodeType,        // MKNOD of a type that is not a FIFO, socket or device
 };
 std::string_view to_string(FsDecodeError e);
 

@@ -73,6 +73,7 @@ struct Inode {
   std::uint64_t next_cookie = 0;    // directories
   std::uint64_t entries = 0;        // directories (without '.' and '..')
   std::string target;               // symlinks
+  std::uint64_t rdev = 0;           // device nodes
 };
 
 Bytes encode_inode(const Inode& n) {
@@ -95,11 +96,12 @@ Bytes encode_inode(const Inode& n) {
   w.u64(n.entries);
   w.u16(static_cast<std::uint16_t>(n.target.size()));
   w.bytes(n.target);
+  w.u64(n.rdev);
   return out;
 }
 
 bool decode_file_type(std::uint8_t v, FileType& t) {
-  if (v < 1 || v > 3) return false;
+  if (v < 1 || v > kFileTypeMax) return false;
   t = static_cast<FileType>(v);
   return true;
 }
@@ -118,6 +120,7 @@ bool decode_inode(std::span<const std::uint8_t> b, Inode& n) {
   if (!r.u16(target_len)) return false;
   if (target_len > kSymlinkBytesMax) return false;
   if (!r.bytes(target_len, target)) return false;
+  if (!r.u64(n.rdev)) return false;
   if (n.mode > kModeBits) return false;
   n.target.assign(target.begin(), target.end());
   return r.done();
@@ -262,6 +265,7 @@ Attr attr_of(const Inode& n) {
   a.atime_ns = n.atime_ns;
   a.mtime_ns = n.mtime_ns;
   a.ctime_ns = n.ctime_ns;
+  a.rdev = n.rdev;
   return a;
 }
 
@@ -571,7 +575,7 @@ struct FsService::Impl {
     if ((m & setattr::kGid) != 0 && !root && !(c.uid == n.uid && in_group(c, op.gid))) return err::kPerm;
     if ((m & setattr::kSize) != 0) {
       if (n.type == FileType::kDirectory) return err::kIsDir;
-      if (n.type == FileType::kSymlink) return err::kInval;
+      if (n.type != FileType::kRegular) return err::kInval;
       if (!owner && !may(c, n, kWantW)) return err::kAccess;
       if (op.size > opt.file_bytes_max) return err::kFBig;
     }
@@ -610,7 +614,7 @@ struct FsService::Impl {
     const std::uint32_t e = resolve(op.handle, earlier, n);
     if (e != err::kOk) return e;
     if (n.type == FileType::kDirectory) return err::kIsDir;
-    if (n.type == FileType::kSymlink) return err::kInval;
+    if (n.type != FileType::kRegular) return err::kInval;
     if (!may(op.cred, n, kWantR)) return err::kAccess;
     std::uint64_t len = 0;
     if (op.offset < n.size) len = std::min<std::uint64_t>(op.count, n.size - op.offset);
@@ -637,7 +641,7 @@ struct FsService::Impl {
     const std::uint32_t e = resolve(op.handle, earlier, n);
     if (e != err::kOk) return e;
     if (n.type == FileType::kDirectory) return err::kIsDir;
-    if (n.type == FileType::kSymlink) return err::kInval;
+    if (n.type != FileType::kRegular) return err::kInval;
     if (!may(op.cred, n, kWantW)) return err::kAccess;
     const std::uint64_t len = op.data.size();
     if (len == 0) {
@@ -706,6 +710,8 @@ struct FsService::Impl {
     if (e != err::kNoEnt) return e;
     if (!may(op.cred, dir, kWantW | kWantX)) return err::kAccess;
     if (type == FileType::kDirectory && dir.nlink >= kLinkMax) return err::kMLink;
+    const bool device = type == FileType::kCharDevice || type == FileType::kBlockDevice;
+    if (device && op.cred.uid != 0) return err::kPerm;  // CAP_MKNOD
     if (type == FileType::kSymlink) {
       if (op.target.empty()) return err::kNoEnt;
       if (op.target.size() > kSymlinkBytesMax) return err::kNameTooLong;
@@ -721,6 +727,7 @@ struct FsService::Impl {
       n.target = op.target;
       n.size = op.target.size();
     }
+    if (device) n.rdev = op.rdev;
     add_entry(dir, op.name, ino, type);
     if (type == FileType::kDirectory) ++dir.nlink;
     save_inode(n);
@@ -950,6 +957,7 @@ struct FsService::Impl {
       case OpCode::kRename: return op_rename(op, earlier);
       case OpCode::kLink: return op_link(op, earlier, out);
       case OpCode::kSymlink: return make_node(op, earlier, FileType::kSymlink, 0777, out);
+      case OpCode::kMknod: return make_node(op, earlier, op.node_type, op.mode, out);
       case OpCode::kReadlink: return op_readlink(op, earlier, out);
       case OpCode::kReaddir:
       case OpCode::kReaddirPlus: return op_readdir(op, earlier, out);

@@ -46,6 +46,8 @@ std::vector<Op> every_op() {
   Op plus = readdir(Handle::result_of(7), 3, 1000, c);
   plus.code = OpCode::kReaddirPlus;
   ops.push_back(plus);
+  ops.push_back(mknod(h, "fifo", FileType::kFifo, 0600, 0, c));
+  ops.push_back(mknod(h, "sda", FileType::kBlockDevice, 0660, 0x0800, c));
   ops[3] = expecting_errno(ops[3], err::kNoEnt);
   OpResult r;
   r.code = OpCode::kGetattr;
@@ -55,7 +57,7 @@ std::vector<Op> every_op() {
 
 std::vector<OpResult> every_result() {
   std::vector<OpResult> out;
-  Attr a{9, 2, FileType::kSymlink, 0777, 1, 5, 6, 10, 0, 1, 2, 3};
+  Attr a{9, 2, FileType::kCharDevice, 0600, 1, 5, 6, 10, 0, 1, 2, 3, 0x0801};
   for (std::uint8_t code = 1; code <= kOpCodeMax; ++code) {
     OpResult r;
     r.code = static_cast<OpCode>(code);
@@ -165,6 +167,8 @@ TEST_CASE("fs request decoder names the first check that failed", "[fs]") {
   CHECK(decode_request(encode_request(Request{{readdir(kRoot, 0, 0)}}), out) == FsDecodeError::kBadReaddirCount);
   CHECK(decode_request(encode_request(Request{{read(kRoot, 0, kIoBytesMax), read(kRoot, 0, kIoBytesMax)}}), out) ==
         FsDecodeError::kResultTooLarge);
+  CHECK(decode_request(encode_request(Request{{mknod(kRoot, "x", FileType::kRegular)}}), out) ==
+        FsDecodeError::kBadNodeType);
   Bytes excl = encode_request(Request{{create(kRoot, "f")}});
   excl.back() = 2;
   CHECK(decode_request(excl, out) == FsDecodeError::kBadBoolean);

@@ -550,3 +550,29 @@ TEST_CASE("fs readdirplus returns each entry's attributes as lookup would", "[fs
   h.ok(chmod(d, 0700));
   CHECK(h.err_of(plus) == err::kAccess);
 }
+
+TEST_CASE("fs mknod makes FIFOs and sockets for anyone and device nodes for root only", "[fs]") {
+  Harness h;
+  const Attr fifo = h.ok(mknod(kRoot, "fifo", FileType::kFifo, 0620, 0, user(1000, 100))).attr;
+  CHECK(fifo.type == FileType::kFifo);
+  CHECK(fifo.mode == 0620);
+  CHECK(fifo.uid == 1000);
+  CHECK(fifo.rdev == 0);
+  CHECK(h.ok(mknod(kRoot, "sock", FileType::kSocket, 0600, 0, user(1000, 100))).attr.type == FileType::kSocket);
+  CHECK(h.err_of(mknod(kRoot, "tty", FileType::kCharDevice, 0600, 0x0401, user(1000, 100))) == err::kPerm);
+  const Attr tty = h.ok(mknod(kRoot, "tty", FileType::kCharDevice, 0600, 0x0401)).attr;
+  CHECK(tty.rdev == 0x0401);
+  CHECK(h.ok(lookup(kRoot, "tty")).attr == tty);
+  CHECK(h.err_of(mknod(kRoot, "fifo", FileType::kFifo)) == err::kExist);
+  // The service stores them; their I/O happens in the client's kernel.
+  CHECK(h.err_of(read(fifo.handle(), 0, 1)) == err::kInval);
+  CHECK(h.err_of(write(fifo.handle(), 0, std::string("x"))) == err::kInval);
+  CHECK(h.err_of(truncate(fifo.handle(), 0)) == err::kInval);
+  h.ok(link(fifo.handle(), kRoot, "fifo2"));
+  h.ok(rename(kRoot, "fifo2", kRoot, "sock"));  // over another special file
+  const OpResult list = h.ok(readdir(kRoot, 0, 10));
+  REQUIRE(list.entries.size() == 5);
+  CHECK(list.entries[4].type == FileType::kFifo);
+  CHECK(list.entries[4].name == "sock");
+  h.ok(remove(kRoot, "tty"));
+}

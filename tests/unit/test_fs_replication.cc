@@ -148,7 +148,7 @@ class Workload {
       const std::uint64_t length = prng_.range(1, 70000);
       const auto fill = static_cast<std::uint8_t>(prng_.next());
       Op op;
-      switch (prng_.below(17)) {
+      switch (prng_.below(18)) {
         case 0: op = lookup(d, n1, c); break;
         case 1: op = getattr(f, c); break;
         case 2: op = chmod(prng_.chance(1, 2) ? f : d, static_cast<std::uint32_t>(prng_.below(010000)), c); break;
@@ -165,6 +165,7 @@ class Workload {
         case 13: op = readdir(d, prng_.below(8), static_cast<std::uint32_t>(prng_.range(1, 5)), c); break;
         case 14: op = truncate(f, offset, c); break;
         case 15: op = chown(f, 1000 + static_cast<std::uint32_t>(prng_.below(3)), 100, c); break;
+        case 16: op = mknod(d, n1, static_cast<FileType>(prng_.range(4, 7)), 0644, length, c); break;
         default: op = statfs(d, c); break;
       }
       if (op.code == OpCode::kReaddir && prng_.chance(1, 2)) op.code = OpCode::kReaddirPlus;
@@ -178,6 +179,7 @@ class Workload {
   void learn(const Result& r) {
     for (const OpResult& res : r.results) {
       if (res.err != err::kOk || !returns_attr(res.code)) continue;
+      if (res.attr.type != FileType::kDirectory && res.attr.type != FileType::kRegular) continue;
       std::vector<Handle>& pool = res.attr.type == FileType::kDirectory ? dirs_ : files_;
       if (pool.size() < 20) {
         pool.push_back(res.attr.handle());
@@ -214,8 +216,8 @@ TEST_CASE("fs two replicas executing the same requests return the same bytes and
       if (i % 50 == 49) REQUIRE(a.digest_at_checkpoint() == b.digest_at_checkpoint());
     }
     // The workload exercises both paths: requests that commit and requests that are undone.
-    CHECK(outcomes[Outcome::kDone] > 60);
-    CHECK(outcomes[Outcome::kOpFailed] > 60);
+    CHECK(outcomes[Outcome::kDone] > 40);
+    CHECK(outcomes[Outcome::kOpFailed] > 40);
     CHECK(a.svc.object_count() > 10);
   }
 }

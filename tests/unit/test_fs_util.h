@@ -88,6 +88,16 @@ inline Op symlink(Handle dir, std::string name, std::string target, Cred c = roo
   op.target = std::move(target);
   return op;
 }
+inline Op mknod(Handle dir, std::string name, FileType type, std::uint32_t mode = 0644, std::uint64_t rdev = 0,
+                Cred c = root_cred()) {
+  Op op = base(OpCode::kMknod, c);
+  op.handle = dir;
+  op.name = std::move(name);
+  op.mode = mode;
+  op.node_type = type;
+  op.rdev = rdev;
+  return op;
+}
 inline Op remove(Handle dir, std::string name, Cred c = root_cred()) {
   Op op = base(OpCode::kRemove, c);
   op.handle = dir;
