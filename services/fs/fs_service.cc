@@ -458,6 +458,8 @@ struct FsService::Impl {
     n.generation = gen;
     n.type = type;
     n.mode = mode & kModeBits;
+    // Linux ignores set-user-id and set-group-id in mkdir's mode; a directory gets S_ISGID from its parent.
+    if (type == FileType::kDirectory) n.mode &= ~(kModeSuid | kModeSgid);
     n.uid = c.uid;
     n.gid = (dir.mode & kModeSgid) != 0 ? dir.gid : c.gid;
     if (type == FileType::kDirectory && (dir.mode & kModeSgid) != 0) n.mode |= kModeSgid;

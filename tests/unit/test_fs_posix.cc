@@ -365,10 +365,17 @@ TEST_CASE("fs writes and chown by non-root clear set-user-id", "[fs]") {
   CHECK(h.attr(f).mode == 0755);
 }
 
+TEST_CASE("fs mkdir ignores set-user-id and set-group-id in its mode but keeps the sticky bit", "[fs]") {
+  Harness h;
+  CHECK(h.ok(mkdir(kRoot, "d", 07777)).attr.mode == 01777);
+  CHECK(h.ok(create(kRoot, "f", 07777)).attr.mode == 07777);  // root creating a file keeps them
+}
+
 TEST_CASE("fs set-group-id directories pass on their group", "[fs]") {
   Harness h;
-  const Handle d = h.make_dir(kRoot, "d", 02777);
+  const Handle d = h.make_dir(kRoot, "d", 0777);
   h.ok(chown(d, 0, 500));
+  h.ok(chmod(d, 02777));
   const Attr f = h.ok(create(d, "f", 0644, true, user(1000, 100))).attr;
   CHECK(f.gid == 500);
   const Attr sub = h.ok(mkdir(d, "sub", 0755, user(1000, 100))).attr;
