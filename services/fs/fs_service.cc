@@ -1027,6 +1027,7 @@ struct FsService::Impl {
     mutating = true;
     const Result res = run_request(req);
     mutating = false;
+    check_cheap_invariants();
     return encode_checked(res);
   }
 
@@ -1040,6 +1041,14 @@ struct FsService::Impl {
     BFT_ASSERT(!mutating);
     result = encode_checked(run_request(req));
     return true;
+  }
+
+  // O(1) checks after every request (the full walk is check_invariants(), for tests).
+  void check_cheap_invariants() const {
+    BFT_ASSERT(!overflow);
+    BFT_ASSERT(touched.empty());
+    BFT_ASSERT(undo.empty() || undo.back().seq <= last_executed);
+    BFT_ASSERT(store.partition_count() == opt.partitions);
   }
 
   void commit_through(std::uint64_t seq) {
