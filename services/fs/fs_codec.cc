@@ -156,7 +156,12 @@ void put_op(ByteWriter& w, const Op& op) {
     case OpCode::kWrite:
       put_handle(w, op.handle);
       w.u64(op.offset);
+      w.u8(op.append ? 1 : 0);
       w.blob(op.data);
+      break;
+    case OpCode::kAccess:
+      put_handle(w, op.handle);
+      w.u8(op.access);
       break;
     case OpCode::kCreate:
       put_handle(w, op.handle);
@@ -266,13 +271,25 @@ bool get_op(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError
       return true;
     case OpCode::kWrite: {
       std::uint32_t n = 0;
-      if (!get_handle(r, earlier, op.handle, e) || !r.u64(op.offset) || !r.u32(n)) return false;
+      if (!get_handle(r, earlier, op.handle, e) || !r.u64(op.offset) || !get_bool(r, op.append, e)) return false;
+      if (op.append && op.offset != 0) {
+        e = FsDecodeError::kAppendWithOffset;
+        return r.fail();
+      }
+      if (!r.u32(n)) return false;
       if (n > kIoBytesMax) {
         e = FsDecodeError::kIoTooLarge;
         return r.fail();
       }
       return r.bytes(n, op.data);
     }
+    case OpCode::kAccess:
+      if (!get_handle(r, earlier, op.handle, e) || !r.u8(op.access)) return false;
+      if (op.access > 7) {
+        e = FsDecodeError::kBadAccessMask;
+        return r.fail();
+      }
+      return true;
     case OpCode::kCreate:
       return get_handle(r, earlier, op.handle, e) &&
              get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire) &&
@@ -346,6 +363,13 @@ bool get_op_result(ByteReader& r, OpResult& res, FsDecodeError& e) {
     }
     case OpCode::kWrite:
       return r.u32(res.count);
+    case OpCode::kAccess:
+      if (!r.u8(res.granted)) return false;
+      if (res.granted > 7) {
+        e = FsDecodeError::kBadAccessMask;
+        return r.fail();
+      }
+      return true;
     case OpCode::kReadlink:
       return get_string16(r, kSymlinkBytesMax, res.target, e, FsDecodeError::kTargetTooLongOnWire);
     case OpCode::kReaddir:
@@ -399,6 +423,7 @@ bool is_read_only(OpCode code) {
     case OpCode::kReaddir:
     case OpCode::kReaddirPlus:
     case OpCode::kStatfs:
+    case OpCode::kAccess:
       return true;
     default:
       return false;
@@ -430,8 +455,37 @@ std::string_view to_string(FsDecodeError e) {
     case FsDecodeError::kBadResultCount: return "result count inconsistent with the outcome";
     case FsDecodeError::kBadReadLength: return "read data longer than 512 KiB";
     case FsDecodeError::kBadNodeType: return "mknod of a type that is not a FIFO, socket or device";
+    case FsDecodeError::kAppendWithOffset: return "append write with a nonzero offset";
+    case FsDecodeError::kBadAccessMask: return "access bits beyond r/w/x";
   }
   return "unknown decode error";
+}
+
+bool is_request_error(FsDecodeError e) {
+  switch (e) {
+    case FsDecodeError::kTruncated:
+    case FsDecodeError::kTrailingBytes:
+    case FsDecodeError::kBadVersion:
+    case FsDecodeError::kBadOpCount:
+    case FsDecodeError::kBadOpCode:
+    case FsDecodeError::kTooManyGroups:
+    case FsDecodeError::kBadExpectKind:
+    case FsDecodeError::kBadHandleTag:
+    case FsDecodeError::kBadHandleRef:
+    case FsDecodeError::kNameTooLongOnWire:
+    case FsDecodeError::kTargetTooLongOnWire:
+    case FsDecodeError::kBadSetattrMask:
+    case FsDecodeError::kIoTooLarge:
+    case FsDecodeError::kBadBoolean:
+    case FsDecodeError::kBadReaddirCount:
+    case FsDecodeError::kResultTooLarge:
+    case FsDecodeError::kBadNodeType:
+    case FsDecodeError::kAppendWithOffset:
+    case FsDecodeError::kBadAccessMask:
+      return true;
+    default:
+      return false;
+  }
 }
 
 std::size_t worst_case_result_bytes(const Op& op) {
@@ -440,6 +494,7 @@ std::size_t worst_case_result_bytes(const Op& op) {
   switch (op.code) {
     case OpCode::kRead: body += 1 + 4 + op.count; break;
     case OpCode::kWrite: body += 4; break;
+    case OpCode::kAccess: body += 1; break;
     case OpCode::kReadlink: body += 2 + kSymlinkBytesMax; break;
     case OpCode::kReaddir: body += 1 + 4 + static_cast<std::size_t>(op.count) * kDirEntryBytesMax; break;
     case OpCode::kReaddirPlus:
@@ -500,6 +555,9 @@ void encode_op_result(const OpResult& res, Bytes& out) {
       break;
     case OpCode::kWrite:
       w.u32(res.count);
+      break;
+    case OpCode::kAccess:
+      w.u8(res.granted);
       break;
     case OpCode::kReadlink:
       put_string16(w, res.target);
@@ -569,7 +627,7 @@ FsDecodeError decode_result(std::span<const std::uint8_t> bytes, Result& out) {
       break;
     case Outcome::kMalformed:
       if (n != 0) return FsDecodeError::kBadResultCount;
-      if (res.stop == 0 || res.stop > static_cast<std::uint8_t>(FsDecodeError::kResultTooLarge)) {
+      if (!is_request_error(static_cast<FsDecodeError>(res.stop))) {
         return FsDecodeError::kBadOutcome;
       }
       break;

@@ -50,8 +50,9 @@ enum class OpCode : std::uint8_t {
   kFsync = 16,
   kReaddirPlus = 17,  // READDIR with each entry's Attr (FUSE readdirplus: no LOOKUP per entry)
   kMknod = 18,        // a FIFO, socket or device node (the client's kernel does their I/O, not the service)
+  kAccess = 19,       // which of r/w/x the caller may do (FUSE access() without default_permissions)
 };
-inline constexpr std::uint8_t kOpCodeMax = 18;
+inline constexpr std::uint8_t kOpCodeMax = 19;
 
 // True for ops whose successful result is an Attr (they can be named by a result reference).
 bool returns_attr(OpCode code);
@@ -146,6 +147,8 @@ struct Op {
   FileType node_type = FileType::kRegular;  // MKNOD: kFifo..kBlockDevice
   std::uint64_t rdev = 0;                   // MKNOD: device number (devices only; 0 otherwise)
   bool exclusive = false;    // CREATE
+  bool append = false;       // WRITE: at the file's size when executed (O_APPEND, atomic); offset must be 0
+  std::uint8_t access = 0;   // ACCESS: wanted bits, r=4 w=2 x=1 (<= 7)
   std::uint8_t mask = 0;     // SETATTR
   std::uint32_t uid = 0, gid = 0;               // SETATTR
   std::uint64_t size = 0, atime_ns = 0, mtime_ns = 0;  // SETATTR
@@ -201,6 +204,7 @@ struct OpResult {
   bool eof = false;               // READ, READDIR
   Bytes data;                     // READ
   std::uint32_t count = 0;        // WRITE
+  std::uint8_t granted = 0;       // ACCESS: the wanted bits the caller has
   std::string target;             // READLINK
   std::vector<DirEntry> entries;  // READDIR, READDIRPLUS
   StatFs statfs;                  // STATFS
@@ -240,8 +244,12 @@ enum class FsDecodeError : std::uint8_t {
   kBadResultCount,     // results only
   kBadReadLength,      // results only
   kBadNodeType,        // MKNOD of a type that is not a FIFO, socket or device
+  kAppendWithOffset,   // WRITE with append and a nonzero offset
+  kBadAccessMask,      // ACCESS bits beyond r/w/x, or granted bits not wanted (results)
 };
 std::string_view to_string(FsDecodeError e);
+// True for the errors decode_request can return (what a kMalformed result may carry as its reason).
+bool is_request_error(FsDecodeError e);
 
 // ---- requests ----
 Bytes encode_request(const Request& r);

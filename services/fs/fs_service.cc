@@ -646,13 +646,14 @@ struct FsService::Impl {
     if (n.type != FileType::kRegular) return err::kInval;
     if (!may(op.cred, n, kWantW)) return err::kAccess;
     const std::uint64_t len = op.data.size();
+    const std::uint64_t offset = op.append ? n.size : op.offset;  // append: atomic at the size agreed now
     if (len == 0) {
       out.attr = attr_of(n);
       return err::kOk;
     }
-    if (op.offset > opt.file_bytes_max || len > opt.file_bytes_max - op.offset) return err::kFBig;
-    const std::uint64_t end = op.offset + len;
-    const std::uint64_t first = op.offset / kBlockBytes;
+    if (offset > opt.file_bytes_max || len > opt.file_bytes_max - offset) return err::kFBig;
+    const std::uint64_t end = offset + len;
+    const std::uint64_t first = offset / kBlockBytes;
     const std::uint64_t last = (end - 1) / kBlockBytes;
     std::uint64_t fresh = 0;
     for (std::uint64_t b = first; b <= last; ++b) {
@@ -665,13 +666,13 @@ struct FsService::Impl {
       const Value old = store.get(k);
       Bytes block = old != nullptr ? *old : Bytes{};
       const std::uint64_t base = b * kBlockBytes;
-      const std::uint64_t from = std::max(op.offset, base) - base;
+      const std::uint64_t from = std::max(offset, base) - base;
       const std::uint64_t to = std::min(end, base + kBlockBytes) - base;
       if (block.size() < to) {
         n.stored_bytes += to - block.size();
         block.resize(to, 0);
       }
-      std::memcpy(block.data() + from, op.data.data() + (base + from - op.offset), to - from);
+      std::memcpy(block.data() + from, op.data.data() + (base + from - offset), to - from);
       put(k, std::move(block));
     }
     n.stored_blocks += fresh;
@@ -930,6 +931,17 @@ struct FsService::Impl {
     return err::kOk;
   }
 
+  std::uint32_t op_access(const Op& op, const std::vector<OpResult>& earlier, OpResult& out) const {
+    Inode n;
+    const std::uint32_t e = resolve(op.handle, earlier, n);
+    if (e != err::kOk) return e;
+    for (std::uint32_t bit : {kWantR, kWantW, kWantX}) {
+      if ((op.access & bit) != 0 && may(op.cred, n, bit)) out.granted = static_cast<std::uint8_t>(out.granted | bit);
+    }
+    out.attr = attr_of(n);
+    return err::kOk;
+  }
+
   std::uint32_t op_statfs(const Op& op, const std::vector<OpResult>& earlier, OpResult& out) const {
     Inode n;
     const std::uint32_t e = resolve(op.handle, earlier, n);
@@ -964,6 +976,7 @@ struct FsService::Impl {
       case OpCode::kReaddir:
       case OpCode::kReaddirPlus: return op_readdir(op, earlier, out);
       case OpCode::kStatfs: return op_statfs(op, earlier, out);
+      case OpCode::kAccess: return op_access(op, earlier, out);
       case OpCode::kFsync: return op_getattr(op, earlier, out);  // the replicated state is durable by checkpoints
     }
     BFT_UNREACHABLE();

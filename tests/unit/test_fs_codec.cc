@@ -47,6 +47,8 @@ std::vector<Op> every_op() {
   plus.code = OpCode::kReaddirPlus;
   ops.push_back(plus);
   ops.push_back(mknod(h, "fifo", FileType::kFifo, 0600, 0, c));
+  ops.push_back(append(h, "tail", c));
+  ops.push_back(access(h, 5, c));
   ops.push_back(mknod(h, "sda", FileType::kBlockDevice, 0660, 0x0800, c));
   ops[3] = expecting_errno(ops[3], err::kNoEnt);
   OpResult r;
@@ -68,6 +70,7 @@ std::vector<OpResult> every_result() {
         r.data = Bytes{1, 2, 3};
         break;
       case OpCode::kWrite: r.count = 3; break;
+      case OpCode::kAccess: r.granted = 4; break;
       case OpCode::kReadlink: r.target = "x/y"; break;
       case OpCode::kReaddir:
         r.eof = false;
@@ -169,6 +172,10 @@ TEST_CASE("fs request decoder names the first check that failed", "[fs]") {
         FsDecodeError::kResultTooLarge);
   CHECK(decode_request(encode_request(Request{{mknod(kRoot, "x", FileType::kRegular)}}), out) ==
         FsDecodeError::kBadNodeType);
+  Op bad_append = append(kRoot, "x");
+  bad_append.offset = 1;
+  CHECK(decode_request(encode_request(Request{{bad_append}}), out) == FsDecodeError::kAppendWithOffset);
+  CHECK(decode_request(encode_request(Request{{access(kRoot, 8)}}), out) == FsDecodeError::kBadAccessMask);
   Bytes excl = encode_request(Request{{create(kRoot, "f")}});
   excl.back() = 2;
   CHECK(decode_request(excl, out) == FsDecodeError::kBadBoolean);

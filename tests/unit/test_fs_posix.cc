@@ -583,3 +583,36 @@ TEST_CASE("fs mknod makes FIFOs and sockets for anyone and device nodes for root
   CHECK(list.entries[4].name == "sock");
   h.ok(remove(kRoot, "tty"));
 }
+
+TEST_CASE("fs append writes land at the size agreed at execution, atomically", "[fs]") {
+  Harness h;
+  const Handle f = h.make_file(kRoot, "log");
+  h.ok(write(f, 0, std::string("one\n")));
+  // Two clients appending in one order of execution: neither overwrites the other.
+  const Result r = h.run({append(f, "two\n"), append(f, "three\n")});
+  REQUIRE(r.outcome == Outcome::kDone);
+  CHECK(r.results[0].attr.size == 8);
+  CHECK(r.results[1].attr.size == 14);
+  CHECK(str(h.ok(read(f, 0, 100)).data) == "one\ntwo\nthree\n");
+}
+
+TEST_CASE("fs access reports which of r, w and x the caller has", "[fs]") {
+  Harness h;
+  const Handle f = h.make_file(kRoot, "f", 0640, user(1000, 100));
+  CHECK(h.ok(access(f, 7, user(1000, 100))).granted == 6);
+  CHECK(h.ok(access(f, 7, user(1001, 100))).granted == 4);
+  CHECK(h.ok(access(f, 7, user(1002, 200))).granted == 0);
+  CHECK(h.ok(access(f, 7)).granted == 6);  // root: no x on a file without any x bit
+  CHECK(h.ok(access(kRoot, 1, user(1002, 200))).granted == 1);
+  CHECK(h.ok(access(f, 2, user(1000, 100))).granted == 2);  // only what was asked
+}
+
+TEST_CASE("fs a malformed request reports its reason in a result clients can decode", "[fs]") {
+  Harness h;
+  Op bad = mknod(kRoot, "x", FileType::kFifo);
+  Bytes b = encode_request(Request{{bad}});
+  b[b.size() - 9] = 1;  // the node type byte: a regular file is not a MKNOD type
+  const Result r = h.run_bytes(b);
+  CHECK(r.outcome == Outcome::kMalformed);
+  CHECK(r.stop == static_cast<std::uint8_t>(FsDecodeError::kBadNodeType));
+}

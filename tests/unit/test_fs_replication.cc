@@ -169,6 +169,13 @@ class Workload {
         default: op = statfs(d, c); break;
       }
       if (op.code == OpCode::kReaddir && prng_.chance(1, 2)) op.code = OpCode::kReaddirPlus;
+      if (op.code == OpCode::kWrite && prng_.chance(1, 4)) {
+        op.append = true;
+        op.offset = 0;
+      }
+      if (op.code == OpCode::kStatfs && prng_.chance(1, 2)) {
+        op = access(f, static_cast<std::uint8_t>(prng_.below(8)), c);
+      }
       if (prng_.chance(1, 10)) op = expecting_errno(op, prng_.chance(1, 2) ? err::kOk : err::kNoEnt);
       ops.push_back(op);
     }

@@ -135,6 +135,17 @@ inline Op write(Handle h, std::uint64_t offset, Bytes data, Cred c = root_cred()
 inline Op write(Handle h, std::uint64_t offset, const std::string& s, Cred c = root_cred()) {
   return write(h, offset, Bytes(s.begin(), s.end()), std::move(c));
 }
+inline Op append(Handle h, const std::string& s, Cred c = root_cred()) {
+  Op op = write(h, 0, s, std::move(c));
+  op.append = true;
+  return op;
+}
+inline Op access(Handle h, std::uint8_t want, Cred c = root_cred()) {
+  Op op = base(OpCode::kAccess, c);
+  op.handle = h;
+  op.access = want;
+  return op;
+}
 inline Op read(Handle h, std::uint64_t offset, std::uint32_t count, Cred c = root_cred()) {
   Op op = base(OpCode::kRead, c);
   op.handle = h;
