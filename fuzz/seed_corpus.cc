@@ -10,6 +10,7 @@
 #include "fuzz/fuzz_common.h"
 #include "fuzz/samples.h"
 #include "protocol/wire.h"
+#include "services/fs/fs_codec.h"
 #include "shim/envelope.h"
 
 namespace {
@@ -110,6 +111,30 @@ int main(int argc, char** argv) {
   }
   out.add("fuzz_shim_envelope", shim::encode_result(shim::ShimStatus::kExecuted, Bytes(17, 7)));
   out.add("fuzz_shim_envelope", shim::encode_result(shim::ShimStatus::kRetryPredicateFailed, {}));
+  // File-service compounds (create, write through a result reference, read back) and their result.
+  {
+    fs::Op create;
+    create.code = fs::OpCode::kCreate;
+    create.handle = fs::Handle::of(1, 1);
+    create.name = "f";
+    create.mode = 0644;
+    fs::Op write;
+    write.code = fs::OpCode::kWrite;
+    write.handle = fs::Handle::result_of(0);
+    write.data = Bytes{1, 2, 3};
+    fs::Op read;
+    read.code = fs::OpCode::kRead;
+    read.handle = fs::Handle::result_of(0);
+    read.count = 3;
+    read.expect.kind = fs::ExpectKind::kErrno;
+    out.add("fuzz_fs_codec", fs::encode_request(fs::Request{{create, write, read}}));
+    fs::Result result;
+    fs::OpResult r;
+    r.code = fs::OpCode::kRead;
+    r.data = Bytes{1, 2, 3};
+    result.results = {r};
+    out.add("fuzz_fs_codec", fs::encode_result(result));
+  }
   std::printf("fuzz_seed_corpus: wrote %zu seeds under %s\n", out.total(), argv[1]);
   return 0;
 }

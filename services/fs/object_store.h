@@ -1,0 +1,131 @@
+// The file service's state as objects (docs/FILESERVICE.md §3): keys, the store interface every object access
+// goes through, the in-memory store, and the canonical encoding of a partition.
+//
+// The store is where "state larger than memory" will be solved: the service only ever calls ObjectStore, so a
+// disk-backed store with checksums kept apart from the data (§6) replaces MemoryObjectStore without touching
+// the semantics.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/types.h"
+
+namespace bftfs::fs {
+
+// Object kinds, in key order within an inode number.
+enum class Kind : std::uint8_t {
+  kSuper = 1,  // (0, kSuper, 0)
+  kFree = 2,   // (0, kFree, ino): a free inode number and its last generation
+  kInode = 3,  // (ino, kInode, 0)
+  kName = 4,   // (dir, kName, name)
+  kEntry = 5,  // (dir, kEntry, cookie)
+  kData = 6,   // (ino, kData, block)
+};
+
+struct ObjectKey {
+  std::uint64_t ino = 0;
+  Kind kind = Kind::kSuper;
+  std::uint64_t index = 0;  // 0 for kName
+  std::string name;         // kName only
+  friend auto operator<=>(const ObjectKey&, const ObjectKey&) = default;
+  friend bool operator==(const ObjectKey&, const ObjectKey&) = default;
+
+  static ObjectKey super() { return {0, Kind::kSuper, 0, {}}; }
+  static ObjectKey free_ino(std::uint64_t ino) { return {0, Kind::kFree, ino, {}}; }
+  static ObjectKey inode(std::uint64_t ino) { return {ino, Kind::kInode, 0, {}}; }
+  static ObjectKey dir_name(std::uint64_t dir, std::string n) { return {dir, Kind::kName, 0, std::move(n)}; }
+  static ObjectKey entry(std::uint64_t dir, std::uint64_t cookie) { return {dir, Kind::kEntry, cookie, {}}; }
+  static ObjectKey data(std::uint64_t ino, std::uint64_t block) { return {ino, Kind::kData, block, {}}; }
+};
+
+// Values are immutable and shared: an undo record or a retained copy costs a pointer, not the bytes.
+using Value = std::shared_ptr<const Bytes>;
+inline Value make_value(Bytes b) { return std::make_shared<const Bytes>(std::move(b)); }
+
+// Key encoding (in partitions and for hashing): u64 ino || u8 kind || (kName: u16 len || name | else u64 index).
+void encode_key(const ObjectKey& key, Bytes& out);
+std::size_t encoded_key_bytes(const ObjectKey& key);
+// The partition of `key` among `partitions`: first 8 bytes of BLAKE2b-256(encoded key), little-endian, mod P.
+std::uint64_t partition_of(const ObjectKey& key, std::uint64_t partitions);
+// Bytes one object adds to its partition's encoding.
+inline std::size_t object_bytes(const ObjectKey& key, const Bytes& value) {
+  return encoded_key_bytes(key) + 4 + value.size();
+}
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+  virtual std::uint64_t partition_count() const = 0;
+  // The value of `key`, or null if absent.
+  virtual Value get(const ObjectKey& key) const = 0;
+  // Sets `key` to `value` (non-null) and marks its partition dirty. Returns the partition's encoded size after.
+  virtual std::uint64_t put(const ObjectKey& key, Value value) = 0;
+  // Removes `key` if present and marks its partition dirty.
+  virtual void erase(const ObjectKey& key) = 0;
+  // The smallest key >= `from`, if any (ordered scans: readdir, truncate, free inode numbers).
+  virtual std::optional<ObjectKey> first_at_or_after(const ObjectKey& from) const = 0;
+  // Calls `fn` for every object of partition `p`, in key order.
+  virtual void for_each_in_partition(std::uint64_t p,
+                                     const std::function<void(const ObjectKey&, const Value&)>& fn) const = 0;
+  // Encoded size of partition `p` (what encode_partition would return), tracked incrementally.
+  virtual std::uint64_t partition_bytes(std::uint64_t p) const = 0;
+  // Replaces every object of partition `p` with `objects` (each must belong to p). Marks p dirty.
+  virtual void replace_partition(std::uint64_t p, std::vector<std::pair<ObjectKey, Value>> objects) = 0;
+  // Partitions changed since the last clear_dirty().
+  virtual const std::set<std::uint64_t>& dirty() const = 0;
+  virtual void clear_dirty() = 0;
+  // Number of objects (tests, invariants).
+  virtual std::uint64_t object_count() const = 0;
+};
+
+// Everything in memory: an ordered map for scans plus a (partition, key) index for checkpoints.
+class MemoryObjectStore final : public ObjectStore {
+ public:
+  explicit MemoryObjectStore(std::uint64_t partitions);
+  MemoryObjectStore(const MemoryObjectStore&) = delete;
+  MemoryObjectStore& operator=(const MemoryObjectStore&) = delete;
+
+  std::uint64_t partition_count() const override { return partitions_; }
+  Value get(const ObjectKey& key) const override;
+  std::uint64_t put(const ObjectKey& key, Value value) override;
+  void erase(const ObjectKey& key) override;
+  std::optional<ObjectKey> first_at_or_after(const ObjectKey& from) const override;
+  void for_each_in_partition(std::uint64_t p,
+                             const std::function<void(const ObjectKey&, const Value&)>& fn) const override;
+  std::uint64_t partition_bytes(std::uint64_t p) const override { return part_bytes_[p]; }
+  void replace_partition(std::uint64_t p, std::vector<std::pair<ObjectKey, Value>> objects) override;
+  const std::set<std::uint64_t>& dirty() const override { return dirty_; }
+  void clear_dirty() override { dirty_.clear(); }
+  std::uint64_t object_count() const override { return objects_.size(); }
+
+ private:
+  struct Slot {
+    Value value;
+    std::uint64_t partition = 0;
+  };
+  std::uint64_t partitions_;
+  std::map<ObjectKey, Slot> objects_;
+  std::set<std::pair<std::uint64_t, ObjectKey>> by_partition_;
+  std::vector<std::uint64_t> part_bytes_;
+  std::set<std::uint64_t> dirty_;
+};
+
+// Canonical partition bytes: u32 count || count * (key || u32 len || value), keys strictly increasing.
+Bytes encode_partition(const ObjectStore& store, std::uint64_t p);
+// Accepts only the canonical encoding of partition `p` of `partitions` whose values pass `value_ok`; returns ""
+// and fills `out`, or the reason.
+std::string decode_partition(std::span<const std::uint8_t> bytes, std::uint64_t p, std::uint64_t partitions,
+                             const std::function<bool(const ObjectKey&, const Bytes&)>& value_ok,
+                             std::vector<std::pair<ObjectKey, Value>>& out);
+
+}  // namespace bftfs::fs
