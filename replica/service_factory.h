@@ -1,4 +1,4 @@
-// The services a daemon can run, by name ("counter", "null").
+// The services a daemon can run, by name ("counter", "null", "fs").
 #pragma once
 
 #include <memory>
