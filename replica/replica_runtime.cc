@@ -35,6 +35,22 @@ constexpr std::size_t kPendingFlushThreshold = 4096;
 // Records buffered without a send are written once the buffer is this large (bounded memory).
 constexpr std::size_t kLazySyncRecordsMax = 1024;
 
+// A data directory holds one service configuration for life: restarted with another service, or with the shim
+// switched on or off, a replica would read another configuration's snapshots and log as its own. The first
+// start records the configuration (durably, in the snapshot store); later starts must match it.
+std::string check_service_identity(SnapshotStore& store, const ReplicaRuntimeOptions& options) {
+  const std::string want = "service=" + options.service + " shim=" + (options.shim ? "1" : "0");
+  Bytes have;
+  if (!store.get("service.id", have)) {
+    store.put("service.id", Bytes(want.begin(), want.end()));
+    return "";
+  }
+  const std::string got(have.begin(), have.end());
+  if (got == want) return "";
+  return "data directory " + options.data_dir + " holds a replica of '" + got + "', not '" + want +
+         "': start it with the options it was created with (--service, --shim), or give it a new data directory";
+}
+
 }  // namespace
 
 struct ReplicaRuntime::Impl {
@@ -277,6 +293,7 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
   if (std::string err = m.lock.acquire(options.data_dir); !err.empty()) return err;
   m.status_path = options.data_dir + "/status.json";
   if (std::string err = FileSnapshotStore::open(options.data_dir + "/snapshots", m.store); !err.empty()) return err;
+  if (std::string err = check_service_identity(*m.store, options); !err.empty()) return err;
   if (std::string err = make_service_stack(options.service, m.store.get(), options.shim,
                                            static_cast<std::uint32_t>(m.config.clients.size()), m.service);
       !err.empty()) {
