@@ -50,7 +50,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 
 help:
 	@echo "bftfs make targets:"
-	@echo "  make demo          install deps, build, run the demo (4-replica counter cluster vs NO-REP)"
+	@echo "  make demo          install deps, build, run the demo (counter on PBFT, PBFT-CS and NO-REP, side by side)"
 	@echo "  make test          install deps, build, run unit tests, simulation (SEEDS=$(SEEDS)), integration tests"
 	@echo "  make deps          install Debian/Python packages and CRIU 4.1.1 (idempotent)"
 	@echo "  make               configure and build into $(BUILD)/ (SANITIZE=1 for build-asan/)"

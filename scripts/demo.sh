@@ -4,8 +4,10 @@
 #   1. `bftfs keygen` a 4-replica (f=1) cluster into a fresh directory under /tmp, on a random free port range
 #   2. start the 4 replicas with the counter service, wait until each reports ready (status.json)
 #   3. run the counter client against the BFT cluster, then stop the cluster
-#   4. start the unreplicated NO-REP server with the same service, run the same client against it
-#   5. print both results side by side
+#   4. the same with PBFT-CS: fresh replicas with --shim --early-replies, and the speculating client (--spec),
+#      which sends each increment on the primary's early reply and checks that every increment counted once
+#   5. start the unreplicated NO-REP server with the same service, run the same client against it
+#   6. print the three results side by side
 # Nothing is left running: an EXIT trap stops every process this script started (TERM, then KILL) and removes
 # the directory (BFTFS_DEMO_KEEP=1 keeps it, with the daemons' logs).
 #
@@ -153,6 +155,20 @@ say "$N replicas ready; running $REQUESTS counter increments (client $CLIENT_ID)
 run_counter "$DIR/bft.json"
 stop_pids
 
+# ---- PBFT-CS: the same cluster with early replies and the shim, a speculating client ----
+for ((i = 0; i < N; i++)); do
+  start_daemon "cs-replica-$i" "$DIR/cs-replica-$i" \
+    "$BFTFS" replica --config "$DIR/cluster.conf" --id "$i" --data "$DIR/cs-replica-$i" --service counter \
+    --shim --early-replies
+  REPLICA_PIDS[i]=$LAST_PID
+done
+for ((i = 0; i < N; i++)); do
+  wait_ready "cs-replica-$i" "${REPLICA_PIDS[i]}" "$DIR/cs-replica-$i/status.json"
+done
+say "$N PBFT-CS replicas ready; running $REQUESTS speculative counter increments"
+run_counter "$DIR/pbftcs.json" --spec
+stop_pids
+
 # ---- NO-REP: one unreplicated server, same service, same client ----
 start_daemon norep "$DIR/norep" "$BFTFS" norep --config "$DIR/cluster.conf" --data "$DIR/norep" --service counter
 wait_ready norep "$LAST_PID" "$DIR/norep/status.json"
@@ -161,7 +177,7 @@ run_counter "$DIR/norep.json" --norep
 stop_pids
 
 # ---- side by side ----
-python3 - "$DIR/bft.json" "$DIR/norep.json" "$N" "$F" <<'EOF'
+python3 - "$DIR/bft.json" "$DIR/pbftcs.json" "$DIR/norep.json" "$N" "$F" <<'EOF'
 import json, sys
 
 def load(path):
@@ -175,8 +191,8 @@ def load(path):
                 return json.loads(line)
         raise SystemExit(f"demo: no JSON object in {path}")
 
-bft, norep = load(sys.argv[1]), load(sys.argv[2])
-n, f = sys.argv[3], sys.argv[4]
+bft, cs, norep = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+n, f = sys.argv[4], sys.argv[5]
 
 def flat(d, prefix=""):
     out = {}
@@ -187,11 +203,11 @@ def flat(d, prefix=""):
             out[f"{prefix}{k}"] = v
     return out
 
-bft, norep = flat(bft), flat(norep)
-for d in (bft, norep):  # a sequential run reports its duration; its throughput follows from it
+bft, cs, norep = flat(bft), flat(cs), flat(norep)
+for d in (bft, cs, norep):  # a sequential run reports its duration; its throughput follows from it
     if "ops_per_s" not in d and isinstance(d.get("requests"), int) and d.get("total_ms"):
         d["ops_per_s"] = d["requests"] / (d["total_ms"] / 1e3)
-keys = list(bft) + [k for k in norep if k not in bft]
+keys = list(bft) + [k for k in cs if k not in bft] + [k for k in norep if k not in bft and k not in cs]
 
 def fmt(v):
     if v is None:
@@ -202,24 +218,25 @@ def fmt(v):
         return f"{v:,}"
     return str(v)
 
-head = ("", f"BFT (n={n}, f={f})", "NO-REP")
-rows = [(k, fmt(bft.get(k)), fmt(norep.get(k))) for k in keys]
-w0 = max(len(r[0]) for r in rows + [head])
-w1 = max(len(r[1]) for r in rows + [head])
-w2 = max(len(r[2]) for r in rows + [head])
+head = ("", f"PBFT (n={n}, f={f})", "PBFT-CS", "NO-REP")
+rows = [(k, fmt(bft.get(k)), fmt(cs.get(k)), fmt(norep.get(k))) for k in keys]
+widths = [max(len(r[c]) for r in rows + [head]) for c in range(4)]
 print()
-print(f"{head[0]:<{w0}}  {head[1]:>{w1}}  {head[2]:>{w2}}")
-print(f"{'-' * w0}  {'-' * w1}  {'-' * w2}")
-for k, a, b in rows:
-    print(f"{k:<{w0}}  {a:>{w1}}  {b:>{w2}}")
-# The cost of replication, for every latency or throughput figure both sides report.
+print("  ".join(f"{head[c]:<{widths[c]}}" if c == 0 else f"{head[c]:>{widths[c]}}" for c in range(4)))
+print("  ".join("-" * w for w in widths))
+for r in rows:
+    print("  ".join(f"{r[c]:<{widths[c]}}" if c == 0 else f"{r[c]:>{widths[c]}}" for c in range(4)))
+# The cost of replication, and what speculation wins back, for the figures both sides report.
 ratios = []
-for k in keys:
-    a, b = bft.get(k), norep.get(k)
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and b:
-        low = k.lower()
-        if any(t in low for t in ("p50", "p99", "mean", "latency", "ops", "throughput")):
-            ratios.append(f"{k} BFT/NO-REP = {a / b:.3g}x")
+for name, d in (("PBFT", bft), ("PBFT-CS", cs)):
+    for k in ("total_ms", "ops_per_s"):
+        a, b = d.get(k), norep.get(k)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
+            ratios.append(f"{k} {name}/NO-REP = {a / b:.3g}x")
+a, b = cs.get("total_ms"), bft.get("total_ms")
+if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
+    ratios.append(f"total_ms PBFT-CS/PBFT = {a / b:.3g}x (the client speculates on the primary's early replies; "
+                  f"counter moved by {cs.get('counter_delta')} for {cs.get('committed')} committed increments)")
 if ratios:
     print()
     for r in ratios:
