@@ -339,6 +339,8 @@ struct Replica::Impl {
   std::optional<QueuedRequest> pop_ticket(std::size_t batch_bytes, bool batch_empty, std::size_t& size);
   void trim_tickets();
   void send_pre_prepare(Batch&& b);
+  std::uint64_t next_batch_timestamp();
+  Entry& propose(std::uint64_t s, std::shared_ptr<const Batch> body);
   // PBFT-CS early execution (NSDI'09 §3.1)
   void order_early();
   std::uint64_t closed_in_flight() const;
@@ -864,13 +866,21 @@ void Replica::Impl::trim_tickets() {
 }
 
 void Replica::Impl::send_pre_prepare(Batch&& b) {
-  // The agreed non-determinism (TOCS §2.3 "non-determinism"): the primary picks the batch's time, strictly
-  // increasing so that backups can check it against the previous batch.
-  b.timestamp_ns = std::max({last_timestamp_ns + 1, last_executed_timestamp_ns + 1, wall_clock_ns});
-  last_timestamp_ns = b.timestamp_ns;
-  const std::uint64_t s = next_seq++;
+  b.timestamp_ns = next_batch_timestamp();
+  propose(next_seq++, std::make_shared<const Batch>(std::move(b)));
+}
+
+// The agreed non-determinism (TOCS §2.3 "non-determinism"): the primary picks the batch's time, strictly
+// increasing so that backups can check it against the previous batch.
+std::uint64_t Replica::Impl::next_batch_timestamp() {
+  last_timestamp_ns = std::max({last_timestamp_ns + 1, last_executed_timestamp_ns + 1, wall_clock_ns});
+  return last_timestamp_ns;
+}
+
+// The primary orders `body` at `s` in its view: the log entry takes the digest and the body, and the PRE-PREPARE
+// goes out behind its record.
+Entry& Replica::Impl::propose(std::uint64_t s, std::shared_ptr<const Batch> body) {
   BFT_ASSERT(in_window(s));
-  auto body = std::make_shared<const Batch>(std::move(b));
   Entry& e = get_or_create(s);
   BFT_ASSERT(!e.committed);
   if (e.view != view) reset_view_state(e, view, false);
@@ -880,6 +890,7 @@ void Replica::Impl::send_pre_prepare(Batch&& b) {
   max_ordered_seq = std::max(max_ordered_seq, s);
   attach_body(e, body);  // persists the PrePrepareRecord first: a restarted primary never reuses s
   broadcast(PrePrepare{view, s, *body});
+  return e;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -935,8 +946,7 @@ void Replica::Impl::order_early() {
     if (!open_batch) {
       open_batch.emplace();
       open_batch->seq = next_seq++;
-      open_batch->batch.timestamp_ns = std::max({last_timestamp_ns + 1, last_executed_timestamp_ns + 1, wall_clock_ns});
-      last_timestamp_ns = open_batch->batch.timestamp_ns;
+      open_batch->batch.timestamp_ns = next_batch_timestamp();
     }
     const bool executed = execute_request(qr->request, open_batch->seq, view, open_batch->batch.timestamp_ns,
                                           ReplyKind::kSpeculative);
@@ -953,22 +963,13 @@ void Replica::Impl::close_open_batch() {
   BFT_ASSERT(!open_batch->batch.requests.empty());
   const std::uint64_t s = open_batch->seq;
   BFT_ASSERT(s == last_executed + 1);
-  BFT_ASSERT(in_window(s));
   auto body = std::make_shared<const Batch>(std::move(open_batch->batch));
   open_batch.reset();
-  Entry& e = get_or_create(s);
-  BFT_ASSERT(!e.committed);
-  if (e.view != view) reset_view_state(e, view, false);
-  BFT_ASSERT(!e.has_digest);
-  e.has_digest = true;
-  e.digest = body->digest();
+  Entry& e = propose(s, body);
   e.executed_early = true;
   e.vote_replies_sent = false;
-  max_ordered_seq = std::max(max_ordered_seq, s);
-  attach_body(e, body);  // persists the PrePrepareRecord first: a restarted primary never reuses s
   last_executed = s;
   last_executed_timestamp_ns = body->timestamp_ns;
-  broadcast(PrePrepare{view, s, *body});
 }
 
 // Undoes the open batch (its seq was never sent) and queues its requests again.
