@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "replica/cli_common.h"
 
 #include <limits.h>
@@ -208,6 +209,13 @@ std::string self_executable() {
   if (n <= 0) return "bftfs";
   buf[n] = '\0';
   return buf;
+}
+
+double percentile_us(std::vector<std::uint64_t>& ns, double q) {
+  if (ns.empty()) return 0;
+  const std::size_t k = std::min(ns.size() - 1, static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1) + 0.5));
+  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(k), ns.end());
+  return static_cast<double>(ns[k]) / 1e3;
 }
 
 }  // namespace bftfs::cli

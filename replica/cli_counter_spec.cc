@@ -27,13 +27,6 @@
 namespace bftfs::cli {
 namespace {
 
-double percentile_us(std::vector<std::uint64_t> ns, double q) {
-  if (ns.empty()) return 0;
-  const std::size_t k = std::min(ns.size() - 1, static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1) + 0.5));
-  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(k), ns.end());
-  return static_cast<double>(ns[k]) / 1e3;
-}
-
 // One speculating counter client.
 struct SpecCounterLoop {
   struct Op {

@@ -142,29 +142,29 @@ say "cluster directory $DIR, ports $BASE_PORT..$((BASE_PORT + N - 1))"
 CLIENT_ID=$(awk '$1 == "client" {print $2; exit}' "$DIR/cluster.conf")
 [[ -n $CLIENT_ID ]] || die "no client in $DIR/cluster.conf"
 
+# Starts the N replicas named PREFIX-<i> (data in $DIR/PREFIX-<i>) with the counter service and the extra
+# replica options given, and waits until each is ready.
+start_replicas() {  # prefix extra_args...
+  local prefix=$1 i
+  shift
+  for ((i = 0; i < N; i++)); do
+    start_daemon "$prefix-$i" "$DIR/$prefix-$i" \
+      "$BFTFS" replica --config "$DIR/cluster.conf" --id "$i" --data "$DIR/$prefix-$i" --service counter "$@"
+    REPLICA_PIDS[i]=$LAST_PID
+  done
+  for ((i = 0; i < N; i++)); do
+    wait_ready "$prefix-$i" "${REPLICA_PIDS[i]}" "$DIR/$prefix-$i/status.json"
+  done
+}
+
 # ---- BFT: 4 replicas ----
-for ((i = 0; i < N; i++)); do
-  start_daemon "replica-$i" "$DIR/replica-$i" \
-    "$BFTFS" replica --config "$DIR/cluster.conf" --id "$i" --data "$DIR/replica-$i" --service counter
-  REPLICA_PIDS[i]=$LAST_PID
-done
-for ((i = 0; i < N; i++)); do
-  wait_ready "replica-$i" "${REPLICA_PIDS[i]}" "$DIR/replica-$i/status.json"
-done
+start_replicas replica
 say "$N replicas ready; running $REQUESTS counter increments (client $CLIENT_ID)"
 run_counter "$DIR/bft.json"
 stop_pids
 
 # ---- PBFT-CS: the same cluster with early replies and the shim, a speculating client ----
-for ((i = 0; i < N; i++)); do
-  start_daemon "cs-replica-$i" "$DIR/cs-replica-$i" \
-    "$BFTFS" replica --config "$DIR/cluster.conf" --id "$i" --data "$DIR/cs-replica-$i" --service counter \
-    --shim --early-replies
-  REPLICA_PIDS[i]=$LAST_PID
-done
-for ((i = 0; i < N; i++)); do
-  wait_ready "cs-replica-$i" "${REPLICA_PIDS[i]}" "$DIR/cs-replica-$i/status.json"
-done
+start_replicas cs-replica --shim --early-replies
 say "$N PBFT-CS replicas ready; running $REQUESTS speculative counter increments"
 run_counter "$DIR/pbftcs.json" --spec
 stop_pids
