@@ -32,6 +32,13 @@ else
   CMAKE_ARGS += -DBFTFS_SANITIZE=OFF
 endif
 NINJA_ARGS := $(if $(JOBS),-j $(JOBS),)
+# ccache when present (optional in make deps): worktrees and CI rebuilds reuse objects. CCACHE_BASEDIR makes
+# hits independent of the checkout's absolute path.
+ifneq ($(shell command -v ccache 2>/dev/null),)
+  CMAKE_ARGS += -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR := $(abspath $(CURDIR)/..)
+  export CCACHE_NOHASHDIR := 1
+endif
 
 # The pieces the test target runs.
 UNIT_TESTS := $(BUILD)/tests/unit_tests

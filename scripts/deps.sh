@@ -27,7 +27,7 @@ APT_REQUIRED=(
   ca-certificates debian-archive-keyring
 )
 # Optional: nice to have, never fails the install.
-APT_OPTIONAL=(linux-perf)
+APT_OPTIONAL=(linux-perf ccache)
 
 SUDO=()
 if [[ $(id -u) -ne 0 ]]; then
