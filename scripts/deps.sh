@@ -132,4 +132,6 @@ if [[ ${BFTFS_SKIP_CRIU:-0} == 1 ]]; then
 else
   bash "$ROOT/scripts/install-criu.sh"
 fi
+# ---- the C source tree the file-system benchmarks build (Lua 5.4 from Debian's source package) ----
+bash "$ROOT/scripts/fetch-lua-source.sh"
 say "done"

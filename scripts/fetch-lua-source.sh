@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Fetches the C source tree the file-system benchmarks build (benchmarks/bench_fs.py, the Andrew-style
+# benchmark's phases 2-5): Lua 5.4 from Debian's source package, unpacked into a cache directory.
+#
+#   $BFTFS_SRC_CACHE/lua5.4/lua      the upstream tree as Debian ships it (the .orig tarball of the source
+#                                    package lua5.4, signed through the Sources index); Debian's own patches are
+#                                    NOT applied: they switch the build to libtool, and the benchmark compiles
+#                                    with Lua's own makefile (`make linux`)
+#   $BFTFS_SRC_CACHE/lua5.4/SOURCE   what was fetched: package, version, orig tarball, its sha256
+#
+# The system's apt sources, lists and status are not touched: like scripts/install-criu.sh, apt runs on a
+# private state in a temporary directory with one deb-src line for this release (from /etc/os-release) on the
+# system's own Debian mirror. Idempotent: exits at once when the tree and SOURCE are present.
+# Environment: BFTFS_SRC_CACHE (default /opt/bftfs/src), BFTFS_SRC_FORCE=1 fetches again.
+set -euo pipefail
+
+CACHE=${BFTFS_SRC_CACHE:-/opt/bftfs/src}/lua5.4
+PACKAGE=lua5.4
+
+say() { printf 'lua-source: %s\n' "$*"; }
+die() { printf 'lua-source: ERROR: %s\n' "$*" >&2; exit 1; }
+
+if [[ ${BFTFS_SRC_FORCE:-0} != 1 && -f $CACHE/SOURCE && -f $CACHE/lua/src/lua.c && -f $CACHE/lua/Makefile ]]; then
+  say "$(awk '$1 == "version" {print $2}' "$CACHE/SOURCE") already in $CACHE/lua"
+  exit 0
+fi
+
+command -v apt-get >/dev/null || die "apt-get not found (Debian is required)"
+command -v tar >/dev/null || die "tar not found"
+SUITE=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+[[ -n $SUITE ]] || SUITE=bookworm
+
+WORK=$(mktemp -d /tmp/bftfs-src-apt.XXXXXX)
+STAGE=""
+cleanup() {
+  rm -rf "$WORK"
+  if [[ -n $STAGE ]]; then rm -rf "$STAGE"; fi
+}
+trap cleanup EXIT
+mkdir -p "$WORK/lists/partial" "$WORK/archives/partial" "$WORK/parts" "$WORK/get"
+
+# The system's own Debian mirror (deb822 or one-line format), so that a local mirror or proxy setup applies.
+MIRROR=""
+if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
+  MIRROR=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+fi
+if [[ -z $MIRROR && -f /etc/apt/sources.list ]]; then
+  MIRROR=$(awk '$1=="deb" && $0 ~ /debian/ && $0 !~ /security/ {for (i=2;i<=NF;i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' /etc/apt/sources.list)
+fi
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+[[ -f $KEYRING ]] || die "$KEYRING missing (package debian-archive-keyring)"
+echo "deb-src [signed-by=$KEYRING] $MIRROR $SUITE main" >"$WORK/sources.list"
+
+APT_OPTS=(
+  -o "Dir::Etc::sourcelist=$WORK/sources.list"
+  -o "Dir::Etc::sourceparts=$WORK/parts"
+  -o "Dir::Etc::preferences=/dev/null"
+  -o "Dir::Etc::preferencesparts=$WORK/parts"
+  -o "Dir::State::Lists=$WORK/lists"
+  -o "Dir::Cache::archives=$WORK/archives"
+  -o "Dir::Cache::pkgcache="
+  -o "Dir::Cache::srcpkgcache="
+  -o "Dir::State::status=/dev/null"
+  -o "APT::Sandbox::User=root"
+  -o "Acquire::Languages=none"
+)
+
+say "fetching the $SUITE source index from $MIRROR (private apt state in $WORK)"
+apt-get "${APT_OPTS[@]}" -q update >"$WORK/update.log" 2>&1 || { cat "$WORK/update.log" >&2; die "apt-get update (deb-src) failed"; }
+version=$(apt-cache "${APT_OPTS[@]}" showsrc "$PACKAGE" 2>/dev/null | awk '/^Version:/{print $2; exit}')
+[[ -n $version ]] || die "source package $PACKAGE not found in $SUITE"
+# --download-only: apt checks every file against the signed Sources index; nothing is unpacked or built.
+(cd "$WORK/get" && apt-get "${APT_OPTS[@]}" -q source --download-only "$PACKAGE=$version") >"$WORK/source.log" 2>&1 \
+  || { cat "$WORK/source.log" >&2; die "apt-get source $PACKAGE=$version failed"; }
+shopt -s nullglob
+origs=("$WORK"/get/"${PACKAGE}"_*.orig.tar.*)
+shopt -u nullglob
+[[ ${#origs[@]} -eq 1 ]] || die "expected one .orig tarball for $PACKAGE, found ${#origs[@]}"
+orig=${origs[0]}
+
+mkdir -p "$(dirname "$CACHE")"
+STAGE=$(mktemp -d "$CACHE.new.XXXXXX")
+mkdir "$STAGE/unpack"
+tar -xf "$orig" -C "$STAGE/unpack" --no-same-owner
+tops=("$STAGE"/unpack/*)
+[[ ${#tops[@]} -eq 1 && -d ${tops[0]} ]] || die "$(basename "$orig") does not hold exactly one top directory"
+mv "${tops[0]}" "$STAGE/lua"
+rmdir "$STAGE/unpack"
+[[ -f $STAGE/lua/src/lua.c && -f $STAGE/lua/Makefile ]] || die "$(basename "$orig") is not a Lua source tree"
+{
+  echo "package $PACKAGE"
+  echo "version $version"
+  echo "suite $SUITE"
+  echo "orig $(basename "$orig")"
+  echo "sha256 $(sha256sum "$orig" | awk '{print $1}')"
+  echo "files $(find "$STAGE/lua" -type f | wc -l)"
+  echo "bytes $(find "$STAGE/lua" -type f -printf '%s\n' | awk '{s += $1} END {print s}')"
+} >"$STAGE/SOURCE"
+chmod -R a+rX "$STAGE"
+rm -rf "$CACHE"
+mv "$STAGE" "$CACHE"
+STAGE=""
+say "$PACKAGE $version unpacked into $CACHE/lua ($(awk '$1 == "files" {print $2}' "$CACHE/SOURCE") files)"
