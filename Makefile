@@ -10,6 +10,7 @@
 #   FUZZ_RUNS  passed to scripts/fuzz.sh in the environment
 #   JOBS       ninja -j value (default: ninja's own choice)
 #   PYTEST_ARGS extra arguments for pytest (make test)
+#   BENCH_SYSTEMS, ANDREW_N, BENCH_REPEATS  make bench-fs: systems (native,local,norep,pbft), Andrew copies, repeats
 
 BUILD ?= build
 SANITIZE ?= 0
@@ -53,11 +54,12 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        clean help
+        demo-counter bench-fs bench-fs-faults clean help
 
 help:
 	@echo "bftfs make targets:"
-	@echo "  make demo          install deps, build, run the demo (counter on PBFT, PBFT-CS and NO-REP, side by side)"
+	@echo "  make demo          install deps, build, mount bftfs on 4 replicas and on NO-REP, Andrew on each, side by side"
+	@echo "  make demo-counter  the replication engine alone: counter on PBFT, PBFT-CS and NO-REP, side by side"
 	@echo "  make test          install deps, build, run unit tests, simulation (SEEDS=$(SEEDS)), integration tests"
 	@echo "  make deps          install Debian/Python packages and CRIU 4.1.1 (idempotent)"
 	@echo "  make               configure and build into $(BUILD)/ (SANITIZE=1 for build-asan/)"
@@ -66,6 +68,8 @@ help:
 	@echo "  make lint          -Werror build, pyflakes, purity of protocol/ services/ shim/ sim/"
 	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan (QUICK=1 for a short run)"
 	@echo "  make bench-counter-wan  PBFT-CS vs PBFT vs NO-REP across emulated WAN topologies"
+	@echo "  make bench-fs      grep/write/create100 + Andrew on native, FUSE local, NO-REP, PBFT (QUICK=1, BENCH_SYSTEMS=...)"
+	@echo "  make bench-fs-faults  Andrew on PBFT with a backup, then the primary, killed; tree vs a fault-free run"
 	@echo "  make clean         remove build directories"
 
 deps:
@@ -118,7 +122,7 @@ fuzz: deps
 lint:
 	@JOBS="$(JOBS)" PYTHON="$(PYTHON)" bash scripts/lint.sh
 
-bench: bench-counter bench-faults bench-counter-wan
+bench: bench-counter bench-faults bench-counter-wan bench-fs bench-fs-faults
 
 bench-counter: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_counter.py
@@ -129,8 +133,18 @@ bench-faults: deps all
 bench-counter-wan: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_counter_wan.py
 
+# The file-system benchmarks (benchmarks/bench_fs.py); BENCH_SYSTEMS, ANDREW_N and BENCH_REPEATS pass through.
+bench-fs: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_fs.py
+
+bench-fs-faults: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_fs.py --faults
+
 demo: deps all
 	@BFTFS_BUILD="$(abspath $(BUILD))" bash scripts/demo.sh
+
+demo-counter: deps all
+	@BFTFS_BUILD="$(abspath $(BUILD))" bash scripts/demo-counter.sh
 
 clean:
 	rm -rf build build-asan build-lint build-fuzz "$(BUILD)"

@@ -148,7 +148,7 @@ def run_metadata(**extra) -> dict:
         "kernel": platform.release(),
         "loadavg_1_5_15_end": load_average(),
         "quick": quick_mode(),
-        "bftfs": str(bftfs_binary()),
+        "bftfs": str(build_dir() / "replica" / "bftfs"),  # not required: some benchmarks also run without it
     }
     meta.update(extra)
     return meta
