@@ -302,6 +302,7 @@ class MountedSystem(System):
         self.cluster_dir: Path | None = None
         self.local_dir: Path | None = None
         self.fuse_conn: str | None = None
+        self.daemon_pids: list[int] = []
         self.mounted = False
 
     # ---- cluster ----
@@ -337,11 +338,13 @@ class MountedSystem(System):
         else:
             assert self.cluster_dir is not None
             argv = [self.bftfs, "mount", "--relay", self.cluster_dir / "relay.sock", self.mnt]
+        argv += ["--log", self.scratch / f"mount-{self.name}.log"]
         self.mounted = True  # from here on stop() tries to unmount, even if the command below fails half-way
         run_cmd(argv, MOUNT_TIMEOUT_S, f"{self.name}: mount")
         common.wait_until(lambda: os.path.ismount(self.mnt), MOUNT_TIMEOUT_S, f"{self.mnt} to be mounted")
         # The FUSE connection's control directory is named after the mount's device minor number.
         self.fuse_conn = str(os.minor(os.stat(self.mnt).st_dev))
+        self.daemon_pids = mount_daemon_pids(self.mnt)
 
     def umount(self) -> None:
         if not self.mounted:
@@ -349,6 +352,10 @@ class MountedSystem(System):
         try:
             run_cmd([self.bftfs, "umount", self.mnt], MOUNT_TIMEOUT_S, f"{self.name}: umount")
             common.wait_until(lambda: not os.path.ismount(self.mnt), MOUNT_TIMEOUT_S, f"{self.mnt} to be unmounted")
+            # `bftfs umount` returns once the kernel let go; the daemon then finishes (pending writes, the local
+            # backend's state file). The next mount must not start before that.
+            common.wait_until(lambda: not any(pid_alive(p) for p in self.daemon_pids), MOUNT_TIMEOUT_S,
+                              f"the mount daemon of {self.mnt} (pids {self.daemon_pids}) to exit")
         except (BenchError, TimeoutError) as exc:
             progress(f"WARNING: {exc}; detaching {self.mnt} with fusermount3 -u -z")
             self.abort()
@@ -380,6 +387,31 @@ class MountedSystem(System):
 
     def describe(self) -> dict:
         return {"cluster_args": self.cluster_args} if self.cluster_args else {}
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def mount_daemon_pids(mnt: Path) -> list[int]:
+    """The `bftfs mount ... MNT` processes serving `mnt` (the daemon detaches, so its pid is found by its
+    command line: a bftfs executable, the word mount, and exactly this mount point among its arguments)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == "bftfs" and "mount" in argv[1:2] and str(mnt) in argv:
+            pids.append(int(entry.name))
+    return pids
 
 
 def check_binary_supports(bftfs: Path, systems: Sequence[str]) -> None:
@@ -887,11 +919,9 @@ class ClusterReplicas:
 
     def alive(self, i: int) -> bool:
         try:
-            pid = self.pid(i)
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, ValueError, IndexError):
+            return pid_alive(self.pid(i))
+        except (OSError, ValueError):
             return False
-        return state not in ("Z", "X")
 
     def primary(self) -> int:
         """The primary of the highest view a live replica reports."""
