@@ -1217,6 +1217,9 @@ def main() -> None:
             bench(args)
     except BenchError as exc:
         raise SystemExit(f"bench_fs: FAILED: {exc}") from None
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: everything was unmounted and stopped on the way out
+        print(f"bench_fs: interrupted ({exc or 'SIGINT'}); mounts and processes cleaned up", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":
