@@ -342,7 +342,7 @@ int cmd_fsop(int argc, char** argv) {
   p.option("data", "TEXT", "write: the bytes to write");
   p.option("offset", "N", "read/write: byte offset", "0");
   p.option("count", "N", "read: bytes; readdir: entries per request (0: the most)", "65536");
-  p.option("mode", "MODE", "create/mkdir: permissions (octal)", "0644");
+  p.option("mode", "MODE", "create/mkdir: permissions (octal; default 0644 for create, 0755 for mkdir)");
   p.flag("exclusive", "create: fail with EEXIST if the file exists");
   p.option("uid", "U", "caller's uid", "0");
   p.option("gid", "G", "caller's gid", "0");
@@ -362,7 +362,7 @@ int cmd_fsop(int argc, char** argv) {
   const auto parallel = p.get_u64("parallel", ok, 1, 100000);
   const auto timeout_s = p.get_u64("timeout-s", ok, 1, 86400);
   char* end = nullptr;
-  const std::string mode = p.get("mode");
+  const std::string mode = p.has("mode") ? p.get("mode") : (a.op == "mkdir" ? "0755" : "0644");
   a.mode = static_cast<std::uint32_t>(std::strtoul(mode.c_str(), &end, 8));
   if (*end != '\0' || a.mode > 07777) {
     error("fsop", "--mode: expected octal permissions, got '" + mode + "'");
