@@ -189,17 +189,16 @@ struct RelayDaemon::Impl {
 
   void send(Conn& conn, const relay::RelayMsg& m) {
     if (conn.closing) return;
-    const Bytes frame = relay::encode_frame(m);
-    if (bufferevent_write(conn.bev.get(), frame.data(), frame.size()) != 0) {
-      close_conn(conn, "write failed");
-      return;
-    }
+    // Judged before this frame is queued, so one frame of any size always fits a mount that keeps up.
     if (evbuffer_get_length(bufferevent_get_output(conn.bev.get())) > o.conn_output_bytes_max) {
       ++c.slow_disconnects;
       LOG_WARN(kLog, "mount connection %llu does not read (over %zu bytes queued): disconnecting",
                static_cast<unsigned long long>(conn.id), o.conn_output_bytes_max);
       close_conn(conn, "not reading");
+      return;
     }
+    const Bytes frame = relay::encode_frame(m);
+    if (bufferevent_write(conn.bev.get(), frame.data(), frame.size()) != 0) close_conn(conn, "write failed");
   }
 
   void refuse(Conn& conn, std::uint64_t tag, const std::string& reason) {

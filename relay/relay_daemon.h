@@ -38,7 +38,7 @@ struct RelayOptions {
   std::uint32_t window = 64;         // requests the PBFT client keeps on the wire (<= replicas' client window)
   std::size_t connections_max = 256;
   std::size_t conn_in_flight_max = 4096;                 // past this a mount is not read until some complete
-  std::size_t conn_output_bytes_max = 64u * 1024 * 1024;  // past this a mount is disconnected
+  std::size_t conn_output_bytes_max = 64u * 1024 * 1024;  // unread bytes past which a mount is disconnected
   std::string status_path;           // status.json-style file rewritten every status_interval_ms ("" = none)
   std::uint32_t status_interval_ms = 500;
   WanSpec wan;

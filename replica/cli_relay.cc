@@ -40,6 +40,9 @@ int cmd_relay(int argc, char** argv) {
   p.option("norep-server", "HOST:PORT", "the NO-REP server's address (default: replica 0's address)");
   p.flag("no-speculate", "never deliver first replies (mounts asking for FIRST get only FINAL)");
   p.option("window", "N", "requests on the wire at once (<= the replicas' client window)", "64");
+  p.option("mount-output-max-bytes", "N", "a mount with more than N bytes of replies unread is disconnected",
+           "67108864");
+  p.option("mount-in-flight-max", "N", "a mount with N requests in flight is not read until some complete", "4096");
   p.option("status", "FILE", "rewrite FILE with the relay's status every 500 ms (for bftfs status)");
   p.option("log-level", "LEVEL", "debug|info|warn|error", "info");
   add_wan_options(p);
@@ -50,6 +53,8 @@ int cmd_relay(int argc, char** argv) {
   o.id = static_cast<NodeId>(p.get_u64("id", ok, 0, 0xFFFFFFFEu));
   o.socket_path = p.get("socket");
   o.window = static_cast<std::uint32_t>(p.get_u64("window", ok, 1, 1024));
+  o.conn_output_bytes_max = p.get_u64("mount-output-max-bytes", ok, 1u << 16, 1ull << 34);
+  o.conn_in_flight_max = p.get_u64("mount-in-flight-max", ok, 1, 1u << 20);
   o.norep = p.has("norep");
   o.speculate = !p.has("no-speculate");
   if (p.has("status")) o.status_path = p.get("status");
