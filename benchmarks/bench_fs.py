@@ -923,12 +923,16 @@ class ClusterReplicas:
         except (OSError, ValueError):
             return False
 
-    def primary(self) -> int:
-        """The primary of the highest view a live replica reports."""
+    def view(self) -> int:
+        """The highest view a live replica reports (status.json, refreshed about every 500 ms)."""
         views = [st["view"] for i in range(self.n) if self.alive(i) and (st := self.status(i)) and "view" in st]
         if not views:
             raise BenchError("no live replica reports its view")
-        return int(max(views)) % self.n
+        return int(max(views))
+
+    def primary(self) -> int:
+        """The primary of the highest view a live replica reports."""
+        return self.view() % self.n
 
     def last_executed(self, i: int) -> int:
         st = self.status(i)
@@ -1005,6 +1009,8 @@ class FaultPlan:
         self.lock = threading.Lock()
 
     def record(self, event: str, **detail) -> None:
+        with contextlib.suppress(BenchError):
+            detail["view"] = self.replicas.view()
         with self.lock:
             entry = {"t_s": round(time.monotonic() - self.t0, 3), "phase": self.phase, "event": event, **detail}
             self.events.append(entry)
