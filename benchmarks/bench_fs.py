@@ -389,6 +389,21 @@ class MountedSystem(System):
         return {"cluster_args": self.cluster_args} if self.cluster_args else {}
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to `proc`'s process group (it was started with start_new_session), reap it, and wait until the
+    rest of the group (gcc under make) is gone too: until then they may hold files on the mount open."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+
+
 def pid_alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie."""
     try:
@@ -646,9 +661,7 @@ class Andrew:
                 try:
                     rc = proc.wait(timeout=STEP_TIMEOUT_S)
                 except BaseException:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                    kill_group(proc)
                     raise
             if rc != 0:
                 tail = log.read_text(errors="replace")[-1500:]
