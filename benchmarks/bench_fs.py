@@ -90,6 +90,10 @@ COMPILE_JOBS = 2
 COMPILE_TARGET = "linux"
 READ_CHUNK = 65536
 
+DURABILITY = {"native": "page cache; only the write benchmark fsyncs",
+              "local": "the service's state is saved to its directory at unmount",
+              "norep": "`cluster start --norep` default: the server keeps no log (not durable)",
+              "pbft": "replicas fdatasync their write-ahead logs (group commit) before they vote"}
 MOUNT_TIMEOUT_S = 30.0
 CLUSTER_TIMEOUT_S = 60.0
 STEP_TIMEOUT_S = 1800.0  # one command (grep, one copy's make) that runs longer than this has hung
@@ -863,6 +867,7 @@ def bench(args) -> None:
                         "bytes_per_copy": lua.bytes,
                         "compile": f"make -j{COMPILE_JOBS} {COMPILE_TARGET} per copy, one copy after another "
                                    "(Lua's own makefile: gcc -std=gnu99 -O2)"},
+                durability=DURABILITY,
                 cluster_args=p["cluster_args"]),
             "systems": systems,
             "ratios": ratios(systems),
