@@ -50,6 +50,7 @@ mount made is stopped on exit, also on SIGINT/SIGTERM.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import hashlib
 import json
@@ -941,16 +942,36 @@ class ClusterReplicas:
         except (OSError, ValueError):
             return False
 
-    def view(self) -> int:
-        """The highest view a live replica reports (status.json, refreshed about every 500 ms)."""
-        views = [st["view"] for i in range(self.n) if self.alive(i) and (st := self.status(i)) and "view" in st]
+    def agreed_view(self) -> int | None:
+        """The view that a quorum (2f+1) of live replicas report while not in a view change (status.json,
+        refreshed about every 500 ms), or None. Not the highest view any replica reports: a replica that was
+        just restarted may sit alone in a higher view whose new-view never comes."""
+        f = (self.n - 1) // 3
+        views = collections.Counter(
+            int(st["view"]) for i in range(self.n)
+            if self.alive(i) and (st := self.status(i)) and "view" in st and not st.get("in_view_change"))
         if not views:
-            raise BenchError("no live replica reports its view")
-        return int(max(views))
+            return None
+        view, count = views.most_common(1)[0]
+        return view if count >= 2 * f + 1 else None
 
-    def primary(self) -> int:
-        """The primary of the highest view a live replica reports."""
-        return self.view() % self.n
+    def view(self) -> int:
+        view = self.agreed_view()
+        if view is None:
+            raise BenchError("no quorum of live replicas agrees on a view")
+        return view
+
+    def primary(self, timeout_s: float = 60.0) -> int:
+        """The primary of the view a quorum agrees on, waiting up to `timeout_s` for one (after a view change
+        the status files catch up within a second)."""
+        view = common.wait_until(lambda: (v := self.agreed_view()) is not None and (v,), timeout_s,
+                                 "a quorum of replicas to agree on a view")[0]
+        return view % self.n
+
+    def transfer_stats(self, i: int) -> dict:
+        st = self.status(i) or {}
+        stats = st.get("stats", {}) if isinstance(st.get("stats"), dict) else {}
+        return {k: stats.get(k) for k in ("state_transfers", "state_transfer_bytes")}
 
     def last_executed(self, i: int) -> int:
         st = self.status(i)
@@ -1027,8 +1048,9 @@ class FaultPlan:
         self.lock = threading.Lock()
 
     def record(self, event: str, **detail) -> None:
-        with contextlib.suppress(BenchError):
-            detail["view"] = self.replicas.view()
+        if "view" not in detail:
+            with contextlib.suppress(BenchError):
+                detail["view"] = self.replicas.view()
         with self.lock:
             entry = {"t_s": round(time.monotonic() - self.t0, 3), "phase": self.phase, "event": event, **detail}
             self.events.append(entry)
@@ -1042,9 +1064,10 @@ class FaultPlan:
         self.phase = phase
         if phase == "copy" and fraction >= 0.5 and self.backup is None:
             primary = self.replicas.primary()
+            view = self.replicas.view()
             self.backup = (primary + self.replicas.n - 1) % self.replicas.n  # a backup, not the next primary
             self.backup_argv = self.replicas.kill(self.backup)
-            self.record("backup_killed", replica=self.backup, primary=primary)
+            self.record("backup_killed", replica=self.backup, primary=primary, view=view)
         elif phase == "read" and fraction == 0.0 and self.backup_argv is not None:
             assert self.backup is not None
             pid = self.replicas.restart(self.backup, self.backup_argv)
@@ -1066,7 +1089,8 @@ class FaultPlan:
                 time.sleep(0.05)
             caught_up = self.replicas.last_executed(self.backup) >= target
             self.record("backup_caught_up" if caught_up else "backup_not_caught_up", replica=self.backup,
-                        last_executed=self.replicas.last_executed(self.backup), target=target)
+                        last_executed=self.replicas.last_executed(self.backup), target=target,
+                        **self.replicas.transfer_stats(self.backup))
             wait = self.primary_delay_s - (time.monotonic() - start)
             if wait > 0:
                 time.sleep(wait)
@@ -1074,8 +1098,9 @@ class FaultPlan:
                 self.record("primary_kill_missed", reason="phase 5 ended before the backup caught up")
                 return
             primary = self.replicas.primary()
+            view = self.replicas.view()
             self.replicas.kill(primary)
-            self.record("primary_killed", replica=primary)
+            self.record("primary_killed", replica=primary, view=view)
         except BaseException as exc:  # reported by the workload thread at its next hook call
             self.error = exc
             progress(f"FAULT thread failed: {exc}")

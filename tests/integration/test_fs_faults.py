@@ -84,7 +84,8 @@ def test_backup_then_primary_killed_during_a_tree_copy_loses_nothing(bftfs_bin, 
         replicas.kill(first_primary)
         copy(1, lua.files[half:])
         # The writes after its death completed, so a view change happened (status.json lags by up to 0.5 s).
-        bench_fs.common.wait_until(lambda: replicas.primary() != first_primary, 10, "a new primary in status.json")
+        bench_fs.common.wait_until(lambda: (v := replicas.agreed_view()) is not None and v % replicas.n != first_primary,
+                                   10, "a quorum in a view with a new primary (status.json)")
 
         system.cold(None)  # read back from the replicas, not from the kernel's or the client's cache
         got = bench_fs.hash_tree(root)
