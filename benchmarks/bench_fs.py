@@ -318,8 +318,8 @@ class MountedSystem(System):
         argv = [self.bftfs, "cluster", "start", "--dir", self.cluster_dir, "--base-port", base, "--service", "fs",
                 "--log-level", "warn"]
         argv += ["--norep"] if self.name == "norep" else ["--f", "1"]
-        progress(f"{self.name}: bftfs cluster start ({'NO-REP server' if self.name == 'norep' else '4 replicas'}"
-                 f" + relay, ports {base}..)")
+        progress(f"{self.name}: bftfs cluster start: keys for a new cluster, "
+                 f"{'one NO-REP server' if self.name == 'norep' else '4 replicas (f=1)'} and the relay, ports {base}..")
         run_cmd(argv + self.cluster_args, CLUSTER_TIMEOUT_S, f"{self.name}: cluster start")
         sock = self.cluster_dir / "relay.sock"
         common.wait_until(sock.exists, MOUNT_TIMEOUT_S, f"the relay socket {sock}")
