@@ -23,10 +23,12 @@ Caches. Between the phases of Andrew (before 3, 4 and 5) and before grep the cli
 FUSE systems are unmounted and mounted again (kernel dentries, attributes and pages, and the client's own
 cache, all go); for native the tree is synced and every file's pages are dropped with
 posix_fadvise(DONTNEED) (its dentries and inodes stay cached: dropping those needs a machine-wide
-drop_caches, which would disturb everyone else on a shared machine). Otherwise phases 3 and 4 would measure
-the kernel's cache rather than the file system, which is what the BFT paper's numbers (NFS with attribute and
-write-back caching, phases run back to back) would not show either way. Remount time is not counted.
-BENCH_REMOUNT=0 runs the phases back to back with warm caches.
+drop_caches, which would disturb everyone else on a shared machine). Without this, phases 3 and 4 would
+mostly measure the kernel's caches, filled by phase 2. Remount time is not counted. The BFT paper ran the
+phases back to back over NFS with attribute and write-back caching: BENCH_REMOUNT=0 does that.
+
+Durability differs and is recorded in meta: PBFT replicas fdatasync their logs; the NO-REP server of
+`cluster start --norep` keeps no log; native is the page cache (only the write benchmark fsyncs).
 
 Checks (a benchmark that measures a broken file system is worthless): the grep total must equal grep's on the
 original headers; the 3.9 MB file and every Andrew file are read back after a remount and compared; the
