@@ -263,6 +263,12 @@ class System:
     def abort(self) -> None:
         """Called from the watchdog thread when a step hangs: make blocked file operations fail."""
 
+    def service_cpu_s(self) -> float:
+        """CPU seconds (user + system) used so far by the processes that implement the file system (replicas,
+        NO-REP server, relay, FUSE daemon; none for native, where the kernel does the work). On this 2-core
+        machine they compete with the benchmark's own processes (gcc) for the same cores."""
+        return 0.0
+
     def describe(self) -> dict:
         return {}
 
@@ -370,6 +376,10 @@ class MountedSystem(System):
         self.mounted = False
         self.fuse_conn = None
 
+    def service_cpu_s(self) -> float:
+        marks = [str(self.mnt)] + ([str(self.cluster_dir)] if self.cluster_dir is not None else [])
+        return sum(process_cpu_s(pid) for pid in bftfs_pids(marks))
+
     def abort(self) -> None:
         if self.fuse_conn is not None:
             with contextlib.suppress(OSError):
@@ -420,10 +430,8 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def mount_daemon_pids(mnt: Path) -> list[int]:
-    """The `bftfs mount ... MNT` processes serving `mnt` (the daemon detaches, so its pid is found by its
-    command line: a bftfs executable, the word mount, and exactly this mount point among its arguments)."""
-    pids = []
+def _bftfs_processes():
+    """(pid, argv) of every running bftfs process."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -431,9 +439,28 @@ def mount_daemon_pids(mnt: Path) -> list[int]:
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if argv and os.path.basename(argv[0]) == "bftfs" and "mount" in argv[1:2] and str(mnt) in argv:
-            pids.append(int(entry.name))
-    return pids
+        if argv and os.path.basename(argv[0]) == "bftfs":
+            yield int(entry.name), argv
+
+
+def mount_daemon_pids(mnt: Path) -> list[int]:
+    """The `bftfs mount ... MNT` processes serving `mnt` (the daemon detaches, so its pid is found by its
+    command line: a bftfs executable, the word mount, and exactly this mount point among its arguments)."""
+    return [pid for pid, argv in _bftfs_processes() if "mount" in argv[1:2] and str(mnt) in argv]
+
+
+def bftfs_pids(marks: Sequence[str]) -> list[int]:
+    """bftfs processes with one of `marks` (a cluster directory, a mount point) in an argument."""
+    return [pid for pid, argv in _bftfs_processes() if any(m in a for a in argv[1:] for m in marks)]
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of `pid` (all its threads) in seconds; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def check_binary_supports(bftfs: Path, systems: Sequence[str]) -> None:
@@ -580,7 +607,7 @@ def micro_create(system: System, root: Path) -> float:
 class AndrewResult:
     phases_s: dict
     tree: Path
-    events: list = field(default_factory=list)
+    service_cpu_s: dict = field(default_factory=dict)  # CPU seconds of the file system's processes per phase
 
 
 class Andrew:
@@ -603,15 +630,19 @@ class Andrew:
 
     def run(self) -> AndrewResult:
         phases: dict[str, float] = {}
+        service_cpu: dict[str, float] = {}
         for phase in PHASES:
             if self.remount and phase in ("stat", "read", "compile"):
                 self.system.cold(self.base)
             self.hook(phase, 0.0)
+            cpu0 = self.system.service_cpu_s()
             seconds, _ = timed(getattr(self, f"phase_{phase}"))
+            service_cpu[phase] = self.system.service_cpu_s() - cpu0
             self.hook(phase, 1.0)
             phases[phase] = seconds
-            progress(f"{self.system.name}: Andrew{self.copies} {PHASE_TITLES[phase]}: {seconds:.3f} s")
-        return AndrewResult(phases, self.base)
+            progress(f"{self.system.name}: Andrew{self.copies} {PHASE_TITLES[phase]}: {seconds:.3f} s"
+                     + (f" (file system processes used {service_cpu[phase]:.2f} CPU-s)" if service_cpu[phase] else ""))
+        return AndrewResult(phases, self.base, service_cpu_s=service_cpu)
 
     def phase_mkdir(self) -> None:
         os.mkdir(self.base)
@@ -765,6 +796,7 @@ def one_run(kind: str, run_dir: Path, bftfs: Path | None, p: dict, corpus: Sourc
         for phase in PHASES:
             result[f"andrew_{phase}_s"] = a.phases_s[phase]
         result["andrew_total_s"] = sum(a.phases_s.values())
+        result["andrew_service_cpu_s"] = {k: round(v, 3) for k, v in a.service_cpu_s.items()}
         result["system"] = system.describe()
     finally:
         system.stop()
@@ -779,7 +811,10 @@ def summarize(runs: list[dict]) -> dict:
     if len(runs) > 1:
         out["spread"] = {k: [round(min(r[k] for r in runs), 4), round(max(r[k] for r in runs), 4)]
                          for k in NUMERIC_KEYS}
-    out["runs"] = [{k: round(r[k], 4) for k in NUMERIC_KEYS} for r in runs]
+    out["andrew_service_cpu_s"] = {p: round(statistics.median(r["andrew_service_cpu_s"][p] for r in runs), 3)
+                                   for p in PHASES}
+    out["runs"] = [{**{k: round(r[k], 4) for k in NUMERIC_KEYS}, "andrew_service_cpu_s": r["andrew_service_cpu_s"]}
+                   for r in runs]
     if runs and runs[0].get("system"):
         out["system"] = runs[0]["system"]
     return out
@@ -1232,6 +1267,7 @@ def demo(args) -> None:
             system.stop()
         systems[kind] = {f"andrew_{ph}_s": a.phases_s[ph] for ph in PHASES}
         systems[kind]["andrew_total_s"] = sum(a.phases_s.values())
+        systems[kind]["service_cpu_s"] = sum(a.service_cpu_s.values())
     head = ["Andrew" + str(n), SYSTEM_LABELS["pbft"], SYSTEM_LABELS["norep"], "PBFT/NO-REP"]
     rows = []
     for key, label in [(f"andrew_{ph}_s", PHASE_TITLES[ph]) for ph in PHASES] + [("andrew_total_s", "total")]:
@@ -1243,6 +1279,10 @@ def demo(args) -> None:
     print("  ".join("-" * w for w in widths))
     for r in rows:
         print("  ".join(v.ljust(widths[0]) if c == 0 else v.rjust(widths[c]) for c, v in enumerate(r)))
+    print(f"\nCPU used meanwhile by the file system's own processes (they share this machine's "
+          f"{os.cpu_count()} cores with gcc): PBFT (4 replicas, relay, FUSE daemon) "
+          f"{systems['pbft']['service_cpu_s']:.1f} s, NO-REP (server, relay, FUSE daemon) "
+          f"{systems['norep']['service_cpu_s']:.1f} s")
     print()
 
 
