@@ -403,7 +403,23 @@ class MountedSystem(System):
             self.stop_cluster()
 
     def describe(self) -> dict:
-        return {"cluster_args": self.cluster_args} if self.cluster_args else {}
+        """What the servers report at the end of the run (status.json): requests executed, and for PBFT
+        batches, read-only requests and view changes, so CPU per request can be worked out."""
+        out: dict = {"cluster_args": self.cluster_args} if self.cluster_args else {}
+        if self.cluster_dir is None:
+            return out
+        dirs = [self.cluster_dir / "norep"] if self.name == "norep" else sorted(self.cluster_dir.glob("r[0-9]*/"))
+        keys = ("requests_executed", "read_only_executed", "batches_committed", "view_changes_started",
+                "state_transfers")
+        for d in dirs:
+            with contextlib.suppress(OSError, ValueError):
+                st = json.loads((d / "status.json").read_text())
+                stats = st.get("stats", st) if isinstance(st.get("stats"), dict) else st
+                out[f"{d.name}_status"] = {k: stats[k] for k in keys if k in stats}
+                for k in ("requests_executed", "last_executed"):
+                    if k in st and k not in out[f"{d.name}_status"]:
+                        out[f"{d.name}_status"][k] = st[k]
+        return out
 
 
 def kill_group(proc: subprocess.Popen) -> None:
