@@ -7,7 +7,6 @@ one-command local cluster (`bftfs cluster start --service fs`, with and without 
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import socket
 import struct
@@ -215,6 +214,63 @@ def test_garbage_and_a_mount_that_does_not_read(cluster, bftfs_bin, tmp_path):
         # Still serving.
         assert "ino" in fsop(bftfs_bin, relay.sock, "getattr", "/ok").stdout
         assert relay.daemon.alive()
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
+def test_random_frames_through_the_socket(fs_cluster, bftfs_bin):
+    """A fuzzer through the socket: valid frames with random bytes changed, cut or repeated, over many
+    connections. Whatever the relay makes of them, it stays up and keeps serving."""
+    c, relay = fs_cluster
+    rng = random.Random(11)
+    templates = [HELLO, submit(1, b"\x01\x01\x00\x00"), submit(2, rng.randbytes(40), flags=3),
+                 frame(b"\x03" + struct.pack("<Q", 1)), STATUS]
+    for _ in range(60):
+        stream = bytearray(HELLO if rng.random() < 0.8 else b"")
+        for _ in range(rng.randrange(1, 12)):
+            f = bytearray(rng.choice(templates))
+            for _ in range(rng.randrange(0, 4)):
+                f[rng.randrange(len(f))] = rng.randrange(256)
+            if rng.random() < 0.2:
+                f = f[:rng.randrange(len(f))]
+            stream += f
+        with connect(relay.sock) as s:
+            with contextlib.suppress(OSError):
+                s.sendall(bytes(stream))
+                s.settimeout(0.05)
+                with contextlib.suppress(socket.timeout, OSError):
+                    s.recv(1 << 16)
+    assert relay.daemon.alive()
+    fsop(bftfs_bin, relay.sock, "mkdir", "/after-fuzz")
+    assert "after-fuzz" in fsop(bftfs_bin, relay.sock, "readdir", "/").stdout.split()
+
+
+def test_requests_wait_for_unreachable_replicas(cluster, bftfs_bin, tmp_path):
+    """Like an NFS hard mount: with too few replicas for a quorum an operation waits (the relay retransmits)
+    and completes once they are back."""
+    c = cluster(service="fs", replica_args=["--shim"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/w")
+        c.stop(2)
+        c.stop(3)
+        pending = subprocess.Popen([str(bftfs_bin), "fsop", "--socket", str(relay.sock), "--op", "create",
+                                    "--path", "/w/late", "--timeout-s", "120"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: int(relay_status(bftfs_bin, relay.sock)["in_flight"]) == 1, 30,
+                       "the create to be in flight at the relay")
+            assert pending.poll() is None, "the create finished without a quorum"
+            c.start([2, 3])
+            out, err = pending.communicate(timeout=120)
+        finally:
+            if pending.poll() is None:
+                pending.kill()
+                pending.wait()
+        assert pending.returncode == 0, out + err
+        assert "type file" in out
+        assert int(relay_status(bftfs_bin, relay.sock)["retransmissions"]) > 0
     finally:
         relay.daemon.stop()
     assert not relay.errors(), "\n".join(relay.errors())
