@@ -97,6 +97,20 @@ def test_many_requests_in_flight_and_a_killed_backup(fs_cluster, bftfs_bin):
     assert st["client_id"] == str(relay.client_id)
 
 
+def test_a_mount_over_its_in_flight_limit_is_read_later_not_dropped(cluster, bftfs_bin, tmp_path):
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path), "--mount-in-flight-max", "3").start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/p")
+        assert "150 of 150" in fsop(bftfs_bin, relay.sock, "create", "/p/f%d", "--parallel", "150").stdout
+        assert "150 of 150" in fsop(bftfs_bin, relay.sock, "getattr", "/p/f%d", "--parallel", "150").stdout
+        assert len(fsop(bftfs_bin, relay.sock, "readdir", "/p").stdout.split()) == 152  # with . and ..
+        assert int(relay_status(bftfs_bin, relay.sock)["read_pauses"]) > 0
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
 def test_relay_restart_keeps_the_file_system(fs_cluster, bftfs_bin):
     c, relay = fs_cluster
     fsop(bftfs_bin, relay.sock, "create", "/kept")
