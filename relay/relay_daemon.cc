@@ -301,7 +301,10 @@ struct RelayDaemon::Impl {
         auto it = conn.pending.find(dep);
         if (it == conn.pending.end() || !seen.insert(dep).second) continue;
         if (it->second.read_only) return refuse(conn, s.tag, "depends on a read-only request");
-        if (!it->second.first_seen) return refuse(conn, s.tag, "depends on a request with no first reply yet");
+        // The mount can only have acted on a first reply it was sent (the library's own may have been
+        // withheld from the mount as undecodable).
+        if (!it->second.first_sent) return refuse(conn, s.tag, "depends on a request whose first reply it was not sent");
+        BFT_ASSERT(it->second.first_seen);
         deps.push_back(SpecDependency{it->second.backend_id, std::nullopt});
       }
       // §3.3: the shim declines a predicated read-only request, so the library never sends one.
@@ -370,14 +373,21 @@ struct RelayDaemon::Impl {
     return &it->second;
   }
 
-  // True when `result` is a file-service result we may forward; counts and logs one that is not.
-  bool result_ok(const Bytes& result, const char* what) {
+  // True when `result` is a file-service result we may forward; counts and logs one that is not. A bad first
+  // reply is one replica's (possibly Byzantine) word: a warning. A bad consensus result is our bug: an error.
+  bool result_ok(const Bytes& result, const char* what, bool consensus) {
     fs::Result r;
     const auto e = fs::decode_result(result, r);
     if (e == fs::FsDecodeError::kOk) return true;
     ++c.bad_results;
-    LOG_ERROR(kLog, "%s result does not decode (%.*s): not forwarded", what, static_cast<int>(fs::to_string(e).size()),
-              fs::to_string(e).data());
+    const auto reason = fs::to_string(e);
+    if (consensus) {
+      LOG_ERROR(kLog, "%s result does not decode (%.*s): not forwarded", what, static_cast<int>(reason.size()),
+                reason.data());
+    } else {
+      LOG_WARN(kLog, "%s result does not decode (%.*s): not forwarded", what, static_cast<int>(reason.size()),
+               reason.data());
+    }
     return false;
   }
 
@@ -404,7 +414,7 @@ struct RelayDaemon::Impl {
     }
     if (e.kind == SpecEventKind::kFirst) {
       p->first_seen = true;
-      if (!p->report_first || e.status != shim::ShimStatus::kExecuted || !result_ok(e.result, "first")) return;
+      if (!p->report_first || e.status != shim::ShimStatus::kExecuted || !result_ok(e.result, "first", false)) return;
       p->first_sent = true;
       ++c.first_sent;
       send(*conn, relay::First{tag, e.from, e.result});
@@ -414,7 +424,7 @@ struct RelayDaemon::Impl {
       // A dependency's prediction was wrong, so the shim executed a no-op: nothing to report but "resubmit".
       return finish(*conn, tag, relay::FinalStatus::kRolledBack, Bytes{});
     }
-    if (!result_ok(e.result, "consensus")) {
+    if (!result_ok(e.result, "consensus", true)) {
       const std::string why = "the replicas' consensus result does not decode (a bug; see the relay log)";
       return finish(*conn, tag, relay::FinalStatus::kRefused, Bytes(why.begin(), why.end()));
     }
@@ -431,7 +441,7 @@ struct RelayDaemon::Impl {
       ++c.orphaned;
       return;
     }
-    if (!result_ok(done.result, "NO-REP")) {
+    if (!result_ok(done.result, "NO-REP", true)) {
       const std::string why = "the NO-REP server's result does not decode (a bug; see the relay log)";
       return finish(*conn, tag, relay::FinalStatus::kRefused, Bytes(why.begin(), why.end()));
     }

@@ -111,6 +111,42 @@ def test_a_mount_over_its_in_flight_limit_is_read_later_not_dropped(cluster, bft
     assert not relay.errors(), "\n".join(relay.errors())
 
 
+def test_speculative_chain_survives_a_lying_primary(cluster, bftfs_bin, tmp_path):
+    """PBFT-CS through the relay: each create is sent as soon as the one before has a first reply, predicated
+    on it (SUBMIT dependencies). The primary corrupts every early reply, so predictions fail: the relay reports
+    rollbacks or not-executed requests, the mount resubmits, the library stops trusting the primary, and in the
+    end every file exists exactly once."""
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync", "--early-replies", "--corrupt-early-replies", "1"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/c")
+        out = fsop(bftfs_bin, relay.sock, "create", "/c/f%d", "--parallel", "40", "--chain").stdout
+        assert "40 of 40 operations succeeded" in out
+        names = fsop(bftfs_bin, relay.sock, "readdir", "/c").stdout.split()
+        assert sorted(n for n in names if n not in (".", "..")) == sorted(f"f{i}" for i in range(40))
+        st = relay_status(bftfs_bin, relay.sock)
+        assert "0" not in st["replicas_trusted"].split(","), st
+        assert st["in_flight"] == "0"
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
+def test_speculative_chain_with_an_honest_primary(cluster, bftfs_bin, tmp_path):
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync", "--early-replies"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/c")
+        out = fsop(bftfs_bin, relay.sock, "create", "/c/f%d", "--parallel", "40", "--chain").stdout
+        assert "40 of 40 operations succeeded" in out and "resubmitted" not in out
+        st = relay_status(bftfs_bin, relay.sock)
+        assert st["rollbacks"] == "0" and int(st["first_sent"]) >= 1
+        assert st["replicas_trusted"] == "0,1,2,3"
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
 def test_relay_restart_keeps_the_file_system(fs_cluster, bftfs_bin):
     c, relay = fs_cluster
     fsop(bftfs_bin, relay.sock, "create", "/kept")
