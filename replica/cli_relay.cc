@@ -42,7 +42,7 @@ int cmd_relay(int argc, char** argv) {
   p.option("window", "N", "requests on the wire at once (<= the replicas' client window)", "64");
   p.option("mount-output-max-bytes", "N", "a mount with more than N bytes of replies unread is disconnected",
            "67108864");
-  p.option("mount-in-flight-max", "N", "a mount with N requests in flight is not read until some complete", "4096");
+  p.option("mount-in-flight-max", "N", "a mount with N requests in flight is not read until some complete", "1024");
   p.option("status", "FILE", "rewrite FILE with the relay's status every 500 ms (for bftfs status)");
   p.option("log-level", "LEVEL", "debug|info|warn|error", "info");
   add_wan_options(p);
