@@ -147,6 +147,20 @@ def test_speculative_chain_with_an_honest_primary(cluster, bftfs_bin, tmp_path):
     assert not relay.errors(), "\n".join(relay.errors())
 
 
+def test_primary_killed_requests_complete_after_the_view_change(fs_cluster, bftfs_bin):
+    """The primary is dead when 300 creates arrive: the relay's requests to it go unanswered, it retransmits
+    to every replica, the backups change view, and every create completes exactly once."""
+    c, relay = fs_cluster
+    fsop(bftfs_bin, relay.sock, "mkdir", "/v")
+    c.kill(0)
+    out = fsop(bftfs_bin, relay.sock, "create", "/v/f%d", "--parallel", "300", "--timeout-s", "120",
+               timeout_s=150).stdout
+    assert "300 of 300 operations succeeded" in out
+    names = fsop(bftfs_bin, relay.sock, "readdir", "/v").stdout.split()
+    assert sorted(n for n in names if n not in (".", "..")) == sorted(f"f{i}" for i in range(300))
+    assert int(relay_status(bftfs_bin, relay.sock)["retransmissions"]) > 0
+
+
 def test_relay_restart_keeps_the_file_system(fs_cluster, bftfs_bin):
     c, relay = fs_cluster
     fsop(bftfs_bin, relay.sock, "create", "/kept")
