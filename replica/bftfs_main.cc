@@ -15,8 +15,10 @@ void print_usage(FILE* out) {
       "  replica    run one PBFT replica\n"
       "  norep      run the unreplicated (NO-REP) baseline server\n"
       "  counter    run counter clients against a cluster or a NO-REP server; prints latency or throughput\n"
+      "  relay      run the relay that FUSE mounts talk to (Unix socket -> PBFT-CS requests)\n"
+      "  fsop       one file operation by path through a relay, without FUSE (scripts, tests)\n"
       "  cluster    start or stop a local cluster in the background (cluster start|stop --help)\n"
-      "  status     print every replica's status.json as a table\n",
+      "  status     print the status of every replica and the relay of a local cluster\n",
       out);
 }
 
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
   if (cmd == "counter") return cmd_counter(argc, argv);
   if (cmd == "cluster") return cmd_cluster(argc, argv);
   if (cmd == "status") return cmd_status(argc, argv);
+  if (cmd == "relay") return cmd_relay(argc, argv);
+  if (cmd == "fsop") return cmd_fsop(argc, argv);
   std::fprintf(stderr, "bftfs: unknown command '%s'\n", cmd.c_str());
   print_usage(stderr);
   return kExitUsage;
