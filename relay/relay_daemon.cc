@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 #include <variant>
 #include <vector>
@@ -54,7 +55,7 @@ struct Conn {
   BufferEventPtr bev;
   bool hello_done = false;
   bool closing = false;      // closed: waiting for the late event to free it
-  bool read_paused = false;  // too many requests in flight
+  bool read_paused = false;  // too many requests in flight (its own, or the library's)
   std::map<std::uint64_t, Pending> pending;  // by tag
 };
 
@@ -71,6 +72,7 @@ struct Counters {
   std::uint64_t protocol_errors = 0;  // connections closed for a malformed frame or a protocol violation
   std::uint64_t slow_disconnects = 0;  // connections closed for not reading
   std::uint64_t bad_results = 0;  // results fs::decode_result rejected (never forwarded)
+  std::uint64_t read_pauses = 0;  // a mount not read for a while: too many requests in flight
 };
 
 }  // namespace
@@ -85,11 +87,15 @@ struct RelayDaemon::Impl {
   ListenerPtr listener;
   bool socket_bound = false;
   EventPtr reap_ev;    // kPriorityLate: frees closed connections after every callback that may use them
+  EventPtr resume_ev;  // kPriorityLate: reads mounts paused while the library was full
   EventPtr status_ev;  // rewrites the status file
   std::map<std::uint64_t, std::unique_ptr<Conn>> conns;
   std::vector<std::uint64_t> to_reap;
   std::uint64_t next_conn_id = 1;
   Counters c;
+  // The request bytes each library operation holds until its final event (also after the mount cancelled it).
+  std::map<std::uint64_t, std::size_t> library_bytes_by_id;
+  std::size_t library_bytes = 0;
   bool started = false;  // create() completed: the backend exists
 
   ~Impl() {
@@ -206,14 +212,21 @@ struct RelayDaemon::Impl {
     send(conn, relay::Final{tag, relay::FinalStatus::kRefused, Bytes(reason.begin(), reason.end())});
   }
 
-  // Decodes every complete frame in the connection's input, stopping when the mount has too many requests
-  // in flight (resumed by resume_if_paused when some complete).
+  std::size_t library_in_flight() const { return o.norep ? direct->in_flight() : spec->in_flight(); }
+  bool library_full() const {
+    return library_in_flight() >= o.in_flight_max || library_bytes >= o.in_flight_bytes_max;
+  }
+  bool may_read(const Conn& conn) const { return conn.pending.size() < o.conn_in_flight_max && !library_full(); }
+
+  // Decodes every complete frame in the connection's input, stopping when the mount or the library has too
+  // many requests in flight (resumed by resume_if_paused when some complete).
   void process_input(Conn& conn) {
     evbuffer* in = bufferevent_get_input(conn.bev.get());
     while (!conn.closing) {
-      if (conn.pending.size() >= o.conn_in_flight_max) {
+      if (!may_read(conn)) {
         if (!conn.read_paused) {
           conn.read_paused = true;
+          ++c.read_pauses;
           bufferevent_disable(conn.bev.get(), EV_READ);
         }
         return;
@@ -239,7 +252,7 @@ struct RelayDaemon::Impl {
   }
 
   void resume_if_paused(Conn& conn) {
-    if (!conn.read_paused || conn.closing || conn.pending.size() >= o.conn_in_flight_max) return;
+    if (!conn.read_paused || conn.closing || !may_read(conn)) return;
     conn.read_paused = false;
     bufferevent_enable(conn.bev.get(), EV_READ);
     process_input(conn);  // frames already buffered get no new read callback
@@ -259,7 +272,7 @@ struct RelayDaemon::Impl {
     if (auto* submit = std::get_if<relay::Submit>(&msg)) return on_submit(conn, std::move(*submit));
     if (auto* cancel = std::get_if<relay::Cancel>(&msg)) {
       if (conn.pending.erase(cancel->tag) > 0) ++c.cancelled;
-      return resume_if_paused(conn);
+      return;  // a cancelled request stays in the library until it executes: nothing to resume yet
     }
     BFT_ASSERT(std::holds_alternative<relay::StatusQuery>(msg));
     send(conn, relay::StatusReply{status_text()});
@@ -283,30 +296,70 @@ struct RelayDaemon::Impl {
     // was delivered, so the client library can predicate on it; one that already had its FINAL is a fact.
     std::vector<SpecDependency> deps;
     if (!o.norep) {
+      std::set<std::uint64_t> seen;
       for (std::uint64_t dep : s.deps) {
         auto it = conn.pending.find(dep);
-        if (it == conn.pending.end()) continue;
+        if (it == conn.pending.end() || !seen.insert(dep).second) continue;
         if (it->second.read_only) return refuse(conn, s.tag, "depends on a read-only request");
-        if (!it->second.first_seen) return refuse(conn, s.tag, "depends on a request with no first reply yet");
+        // The mount can only have acted on a first reply it was sent (the library's own may have been
+        // withheld from the mount as undecodable).
+        if (!it->second.first_sent) return refuse(conn, s.tag, "depends on a request whose first reply it was not sent");
+        BFT_ASSERT(it->second.first_seen);
         deps.push_back(SpecDependency{it->second.backend_id, std::nullopt});
       }
+      // §3.3: the shim declines a predicated read-only request, so the library never sends one.
+      if (read_only && !deps.empty()) return refuse(conn, s.tag, "a read-only request cannot depend on another");
     }
+    static_assert(relay::kDepsMax <= shim::kDependenciesMax);
     Pending p;
     p.report_first = (s.flags & relay::kFlagReportFirst) != 0;
     p.read_only = read_only;
     const std::uint64_t conn_id = conn.id;
     const std::uint64_t tag = s.tag;
+    const std::size_t size = s.request.size();
     ++c.submitted;
+    // The entry exists before submit. Submitting may run other operations' callbacks (the library drains its
+    // events), which may close this connection; so the entry is looked up again afterwards, not held.
+    conn.pending.emplace(tag, p);
+    std::uint64_t backend_id = 0;
     if (o.norep) {
-      // The entry exists before submit: the callback never runs synchronously, but be robust if it did.
-      auto& entry = conn.pending.emplace(tag, p).first->second;
-      entry.backend_id = direct->submit(std::move(s.request), read_only, [this, conn_id, tag](const Completion& done) {
+      backend_id = direct->submit(std::move(s.request), read_only, [this, conn_id, tag](const Completion& done) {
         on_norep_done(conn_id, tag, done);
       });
     } else {
-      auto& entry = conn.pending.emplace(tag, p).first->second;
-      entry.backend_id = spec->submit(std::move(s.request), deps, read_only,
-                                      [this, conn_id, tag](const SpecEvent& e) { on_spec_event(conn_id, tag, e); });
+      backend_id = spec->submit(std::move(s.request), deps, read_only,
+                                [this, conn_id, tag](const SpecEvent& e) { on_spec_event(conn_id, tag, e); });
+    }
+    hold_bytes(backend_id, size);
+    if (Conn* still = find_conn(conn_id)) {
+      if (auto it = still->pending.find(tag); it != still->pending.end()) it->second.backend_id = backend_id;
+    }
+  }
+
+  void hold_bytes(std::uint64_t backend_id, std::size_t size) {
+    BFT_ASSERT(library_bytes_by_id.emplace(backend_id, size).second);
+    library_bytes += size;
+  }
+
+  // A library operation produced its final event: its bytes are free, and mounts paused for the library's
+  // sake may be read again.
+  void release_bytes(std::uint64_t backend_id) {
+    auto it = library_bytes_by_id.find(backend_id);
+    BFT_ASSERT(it != library_bytes_by_id.end());
+    BFT_ASSERT(library_bytes >= it->second);
+    library_bytes -= it->second;
+    library_bytes_by_id.erase(it);
+    // Deferred to the late event: resuming reads frames and submits, which must not happen while this
+    // completion's own connection is being updated.
+    event_active(resume_ev.get(), EV_TIMEOUT, 0);
+  }
+
+  static void on_resume(evutil_socket_t, short, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    // Resuming submits, which may run callbacks that close connections (marked, not erased: safe to iterate).
+    for (auto& [id, conn] : self->conns) {
+      if (self->library_full()) return;
+      self->resume_if_paused(*conn);
     }
   }
 
@@ -320,14 +373,21 @@ struct RelayDaemon::Impl {
     return &it->second;
   }
 
-  // True when `result` is a file-service result we may forward; counts and logs one that is not.
-  bool result_ok(const Bytes& result, const char* what) {
+  // True when `result` is a file-service result we may forward; counts and logs one that is not. A bad first
+  // reply is one replica's (possibly Byzantine) word: a warning. A bad consensus result is our bug: an error.
+  bool result_ok(const Bytes& result, const char* what, bool consensus) {
     fs::Result r;
     const auto e = fs::decode_result(result, r);
     if (e == fs::FsDecodeError::kOk) return true;
     ++c.bad_results;
-    LOG_ERROR(kLog, "%s result does not decode (%.*s): not forwarded", what, static_cast<int>(fs::to_string(e).size()),
-              fs::to_string(e).data());
+    const auto reason = fs::to_string(e);
+    if (consensus) {
+      LOG_ERROR(kLog, "%s result does not decode (%.*s): not forwarded", what, static_cast<int>(reason.size()),
+                reason.data());
+    } else {
+      LOG_WARN(kLog, "%s result does not decode (%.*s): not forwarded", what, static_cast<int>(reason.size()),
+               reason.data());
+    }
     return false;
   }
 
@@ -340,10 +400,12 @@ struct RelayDaemon::Impl {
       if (status == relay::FinalStatus::kRolledBack) ++c.rollbacks_sent;
     }
     send(conn, relay::Final{tag, status, std::move(result)});
-    resume_if_paused(conn);
+    // Reading the mount again waits for the late event (release_bytes armed it): resuming here would decode
+    // and submit from inside the library's callback, under the feet of whoever is iterating its events.
   }
 
   void on_spec_event(std::uint64_t conn_id, std::uint64_t tag, const SpecEvent& e) {
+    if (e.kind != SpecEventKind::kFirst) release_bytes(e.id);
     Conn* conn = nullptr;
     Pending* p = route(conn_id, tag, e.id, conn);
     if (p == nullptr) {
@@ -352,7 +414,7 @@ struct RelayDaemon::Impl {
     }
     if (e.kind == SpecEventKind::kFirst) {
       p->first_seen = true;
-      if (!p->report_first || e.status != shim::ShimStatus::kExecuted || !result_ok(e.result, "first")) return;
+      if (!p->report_first || e.status != shim::ShimStatus::kExecuted || !result_ok(e.result, "first", false)) return;
       p->first_sent = true;
       ++c.first_sent;
       send(*conn, relay::First{tag, e.from, e.result});
@@ -362,7 +424,7 @@ struct RelayDaemon::Impl {
       // A dependency's prediction was wrong, so the shim executed a no-op: nothing to report but "resubmit".
       return finish(*conn, tag, relay::FinalStatus::kRolledBack, Bytes{});
     }
-    if (!result_ok(e.result, "consensus")) {
+    if (!result_ok(e.result, "consensus", true)) {
       const std::string why = "the replicas' consensus result does not decode (a bug; see the relay log)";
       return finish(*conn, tag, relay::FinalStatus::kRefused, Bytes(why.begin(), why.end()));
     }
@@ -372,13 +434,14 @@ struct RelayDaemon::Impl {
   }
 
   void on_norep_done(std::uint64_t conn_id, std::uint64_t tag, const Completion& done) {
+    release_bytes(done.request_id);
     Conn* conn = nullptr;
     Pending* p = route(conn_id, tag, done.request_id, conn);
     if (p == nullptr) {
       ++c.orphaned;
       return;
     }
-    if (!result_ok(done.result, "NO-REP")) {
+    if (!result_ok(done.result, "NO-REP", true)) {
       const std::string why = "the NO-REP server's result does not decode (a bug; see the relay log)";
       return finish(*conn, tag, relay::FinalStatus::kRefused, Bytes(why.begin(), why.end()));
     }
@@ -415,7 +478,8 @@ struct RelayDaemon::Impl {
         << "f " << (o.norep ? 0 : config.f) << "\n"
         << "connections " << conns.size() << "\n"
         << "in_flight " << in_flight_total() << "\n"
-        << "library_in_flight " << (o.norep ? direct->in_flight() : spec->in_flight()) << "\n"
+        << "library_in_flight " << library_in_flight() << "\n"
+        << "library_bytes " << library_bytes << "\n"
         << "submitted " << c.submitted << "\n"
         << "completed " << c.completed << "\n"
         << "first_sent " << c.first_sent << "\n"
@@ -426,7 +490,8 @@ struct RelayDaemon::Impl {
         << "replicas_trusted " << trusted_replicas() << "\n"
         << "protocol_errors " << c.protocol_errors << "\n"
         << "slow_disconnects " << c.slow_disconnects << "\n"
-        << "bad_results " << c.bad_results << "\n";
+        << "bad_results " << c.bad_results << "\n"
+        << "read_pauses " << c.read_pauses << "\n";
     if (!o.norep) {
       out << "reads_ordered " << spec->stats().reads_ordered << "\n"
           << "read_only_fallbacks " << spec->client_stats().read_only_fallbacks << "\n";
@@ -521,6 +586,9 @@ std::string RelayDaemon::create(const RelayOptions& options, std::unique_ptr<Rel
   d.reap_ev.reset(event_new(d.base.get(), -1, 0, &Impl::on_reap, &d));
   BFT_ASSERT(d.reap_ev != nullptr);
   event_priority_set(d.reap_ev.get(), kPriorityLate);
+  d.resume_ev.reset(event_new(d.base.get(), -1, 0, &Impl::on_resume, &d));
+  BFT_ASSERT(d.resume_ev != nullptr);
+  event_priority_set(d.resume_ev.get(), kPriorityLate);
   if (std::string err = d.bind_socket(); !err.empty()) return err;
   if (!d.o.status_path.empty()) {
     d.status_ev.reset(event_new(d.base.get(), -1, EV_PERSIST, &Impl::on_status_timer, &d));

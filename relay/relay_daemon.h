@@ -37,7 +37,11 @@ struct RelayOptions {
   bool speculate = true;             // let the client library deliver first replies (FIRST frames)
   std::uint32_t window = 64;         // requests the PBFT client keeps on the wire (<= replicas' client window)
   std::size_t connections_max = 256;
-  std::size_t conn_in_flight_max = 4096;                 // past this a mount is not read until some complete
+  std::size_t conn_in_flight_max = 1024;                  // past this a mount is not read until some complete
+  // The client library's queue for all mounts together (cancelled requests stay in it until they execute):
+  // past either bound no mount is read until some complete.
+  std::size_t in_flight_max = 4096;
+  std::size_t in_flight_bytes_max = 256u * 1024 * 1024;
   std::size_t conn_output_bytes_max = 64u * 1024 * 1024;  // unread bytes past which a mount is disconnected
   std::string status_path;           // status.json-style file rewritten every status_interval_ms ("" = none)
   std::uint32_t status_interval_ms = 500;

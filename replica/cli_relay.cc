@@ -42,7 +42,7 @@ int cmd_relay(int argc, char** argv) {
   p.option("window", "N", "requests on the wire at once (<= the replicas' client window)", "64");
   p.option("mount-output-max-bytes", "N", "a mount with more than N bytes of replies unread is disconnected",
            "67108864");
-  p.option("mount-in-flight-max", "N", "a mount with N requests in flight is not read until some complete", "4096");
+  p.option("mount-in-flight-max", "N", "a mount with N requests in flight is not read until some complete", "1024");
   p.option("status", "FILE", "rewrite FILE with the relay's status every 500 ms (for bftfs status)");
   p.option("log-level", "LEVEL", "debug|info|warn|error", "info");
   add_wan_options(p);
@@ -340,7 +340,8 @@ int cmd_fsop(int argc, char** argv) {
               "OP: lookup|getattr (prints the attributes), read (prints the bytes), readdir (prints one name a\n"
               "line), write, create, mkdir, remove, rmdir, status (prints the relay's STATUS_REPLY).\n"
               "With --parallel K the operation is submitted K times at once on one connection, with %d in --path\n"
-              "replaced by 0..K-1. Exit 0 when every operation succeeded; on a file-system error prints `errno N`.");
+              "replaced by 0..K-1 (with --chain: one after another, each speculating on the one before).\n"
+              "Exit 0 when every operation succeeded; on a file-system error prints `errno N`.");
   p.option("socket", "PATH", "the relay's Unix socket").required("socket");
   p.option("op", "OP", "the operation").required("op");
   p.option("path", "PATH", "the object (absolute path in the file system)", "/");
@@ -352,6 +353,8 @@ int cmd_fsop(int argc, char** argv) {
   p.option("uid", "U", "caller's uid", "0");
   p.option("gid", "G", "caller's gid", "0");
   p.option("parallel", "K", "submit K operations at once", "1");
+  p.flag("chain", "with --parallel K: submit the K operations one after another, each depending on the one\n"
+                  "                               before and sent as soon as that one's first reply arrives (PBFT-CS)");
   p.flag("first", "ask for the first (speculative) reply too, and print which replica sent it");
   p.option("timeout-s", "S", "give up after S seconds", "30");
   if (auto rc = p.parse(argc, argv, 2)) return *rc;
@@ -389,28 +392,51 @@ int cmd_fsop(int argc, char** argv) {
     return kExitOk;
   }
 
+  const bool chain = p.has("chain");
   std::map<std::uint64_t, std::string> paths;  // tag -> path, for the requests in flight
-  for (std::uint64_t i = 0; i < parallel; ++i) {
-    const std::string path = instantiate(p.get("path"), i);
+  std::uint64_t next = 0;                      // the next operation to submit (0..parallel-1; tag = index + 1)
+  std::uint64_t with_dependency = 0;           // chain: submitted while the one it depends on was in flight
+  std::uint64_t chain_tip = 0;                 // chain: the tag of the latest operation (0: none yet)
+  // Submits operation `next`; in a chain it depends on the one before (tag next), which may be in flight.
+  const auto submit_next = [&]() -> int {
+    const std::string path = instantiate(p.get("path"), next);
     fs::Request req;
     bool read_only = false;
     if (std::string err = build_request(a, path, req, read_only); !err.empty()) {
       error("fsop", err);
       return kExitUsage;
     }
+    if (chain && read_only) {
+      error("fsop", "--chain needs an operation that writes (a read-only request cannot depend on another)");
+      return kExitUsage;
+    }
     relay::Submit s;
-    s.tag = i + 1;
-    s.flags = static_cast<std::uint8_t>((read_only ? relay::kFlagReadOnly : 0) | (p.has("first") ? relay::kFlagReportFirst : 0));
+    s.tag = next + 1;
+    s.flags = static_cast<std::uint8_t>((read_only ? relay::kFlagReadOnly : 0) |
+                                        (p.has("first") || chain ? relay::kFlagReportFirst : 0));
+    if (chain && chain_tip != 0) {
+      s.deps.push_back(chain_tip);
+      if (paths.count(chain_tip) != 0) ++with_dependency;
+    }
     s.request = fs::encode_request(req);
     if (std::string err = conn.send(s); !err.empty()) {
       error("fsop", err);
       return kExitFailure;
     }
     paths[s.tag] = path;
+    chain_tip = s.tag;
+    ++next;
+    return kExitOk;
+  };
+  // Without --chain everything goes at once; with it, one at a time, each as soon as the one before has a
+  // FIRST (speculating on it) or a FINAL.
+  while (next < (chain ? 1 : parallel)) {
+    if (int rc = submit_next(); rc != kExitOk) return rc;
   }
   int rc = kExitOk;
   std::uint64_t failed = 0;
   std::set<std::uint64_t> firsts;
+  std::uint64_t resubmitted = 0;
   while (!paths.empty()) {
     relay::RelayMsg m;
     if (std::string err = conn.receive(m); !err.empty()) {
@@ -423,12 +449,29 @@ int cmd_fsop(int argc, char** argv) {
         return kExitFailure;
       }
       if (parallel == 1) std::printf("first from replica %u\n", first->replica);
+      if (chain && first->tag == chain_tip && next < parallel) {
+        if (int rc = submit_next(); rc != kExitOk) return rc;
+      }
       continue;
     }
     const auto* fin = std::get_if<relay::Final>(&m);
     if (fin == nullptr || paths.count(fin->tag) == 0) {
       error("fsop", "the relay sent an unexpected frame");
       return kExitFailure;
+    }
+    if (fin->status == relay::FinalStatus::kRolledBack && fin->result.empty()) {
+      // Not executed: the first reply it depended on was wrong. Resubmit it (its dependency is final now).
+      ++resubmitted;
+      relay::Submit s{fin->tag + 0x100000000ull * resubmitted, 0, {}, {}};
+      fs::Request req;
+      bool read_only = false;
+      BFT_ASSERT(build_request(a, paths[fin->tag], req, read_only).empty());
+      s.request = fs::encode_request(req);
+      if (std::string err = conn.send(s); !err.empty()) return error("fsop", err), kExitFailure;
+      paths[s.tag] = paths[fin->tag];
+      paths.erase(fin->tag);
+      if (chain_tip == fin->tag) chain_tip = s.tag;  // the chain continues from the resubmitted one
+      continue;
     }
     if (report(a, paths[fin->tag], *fin, parallel > 1) != kExitOk) {
       rc = kExitFailure;
@@ -449,11 +492,16 @@ int cmd_fsop(int argc, char** argv) {
       }
     }
     paths.erase(fin->tag);
+    if (chain && fin->tag == chain_tip && next < parallel) {
+      if (int r = submit_next(); r != kExitOk) return r;
+    }
   }
   if (parallel > 1) {
-    std::printf("%llu of %llu operations succeeded (%zu first replies)\n",
-                static_cast<unsigned long long>(parallel - failed), static_cast<unsigned long long>(parallel),
-                firsts.size());
+    std::printf("%llu of %llu operations succeeded (%zu first replies", static_cast<unsigned long long>(parallel - failed),
+                static_cast<unsigned long long>(parallel), firsts.size());
+    if (chain) std::printf(", %llu submitted depending on one in flight", static_cast<unsigned long long>(with_dependency));
+    if (resubmitted > 0) std::printf(", %llu resubmitted", static_cast<unsigned long long>(resubmitted));
+    std::printf(")\n");
   }
   return rc;
 }

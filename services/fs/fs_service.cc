@@ -572,7 +572,12 @@ struct FsService::Impl {
     const bool root = c.uid == 0;
     const bool owner = root || c.uid == n.uid;
     const std::uint8_t m = op.mask;
-    if ((m & setattr::kMode) != 0 && !owner) return err::kPerm;
+    // A non-owner may change the mode only to drop S_ISUID/S_ISGID, and only with write permission: that is the
+    // kernel clearing the set-id bits before a non-owner's write or truncate (Linux ATTR_KILL_SUID/SGID, which
+    // reaches a FUSE file system as a plain SETATTR of the mode with the writer's credentials).
+    const bool kills_setid_only = (op.mode & kModeBits) == (n.mode & ~(kModeSuid | kModeSgid)) &&
+                                  (n.mode & (kModeSuid | kModeSgid)) != 0;
+    if ((m & setattr::kMode) != 0 && !owner && !(kills_setid_only && may(c, n, kWantW))) return err::kPerm;
     if ((m & setattr::kUid) != 0 && !root && !(c.uid == n.uid && op.uid == n.uid)) return err::kPerm;
     if ((m & setattr::kGid) != 0 && !root && !(c.uid == n.uid && in_group(c, op.gid))) return err::kPerm;
     if ((m & setattr::kSize) != 0) {

@@ -7,7 +7,6 @@ one-command local cluster (`bftfs cluster start --service fs`, with and without 
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import socket
 import struct
@@ -96,6 +95,70 @@ def test_many_requests_in_flight_and_a_killed_backup(fs_cluster, bftfs_bin):
     assert st["in_flight"] == "0"
     assert st["protocol_errors"] == "0"
     assert st["client_id"] == str(relay.client_id)
+
+
+def test_a_mount_over_its_in_flight_limit_is_read_later_not_dropped(cluster, bftfs_bin, tmp_path):
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path), "--mount-in-flight-max", "3").start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/p")
+        assert "150 of 150" in fsop(bftfs_bin, relay.sock, "create", "/p/f%d", "--parallel", "150").stdout
+        assert "150 of 150" in fsop(bftfs_bin, relay.sock, "getattr", "/p/f%d", "--parallel", "150").stdout
+        assert len(fsop(bftfs_bin, relay.sock, "readdir", "/p").stdout.split()) == 152  # with . and ..
+        assert int(relay_status(bftfs_bin, relay.sock)["read_pauses"]) > 0
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
+def test_speculative_chain_survives_a_lying_primary(cluster, bftfs_bin, tmp_path):
+    """PBFT-CS through the relay: each create is sent as soon as the one before has a first reply, predicated
+    on it (SUBMIT dependencies). The primary corrupts every early reply, so predictions fail: the relay reports
+    rollbacks or not-executed requests, the mount resubmits, the library stops trusting the primary, and in the
+    end every file exists exactly once."""
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync", "--early-replies", "--corrupt-early-replies", "1"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/c")
+        out = fsop(bftfs_bin, relay.sock, "create", "/c/f%d", "--parallel", "40", "--chain").stdout
+        assert "40 of 40 operations succeeded" in out
+        names = fsop(bftfs_bin, relay.sock, "readdir", "/c").stdout.split()
+        assert sorted(n for n in names if n not in (".", "..")) == sorted(f"f{i}" for i in range(40))
+        st = relay_status(bftfs_bin, relay.sock)
+        assert "0" not in st["replicas_trusted"].split(","), st
+        assert st["in_flight"] == "0"
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
+def test_speculative_chain_with_an_honest_primary(cluster, bftfs_bin, tmp_path):
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync", "--early-replies"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/c")
+        out = fsop(bftfs_bin, relay.sock, "create", "/c/f%d", "--parallel", "40", "--chain").stdout
+        assert "40 of 40 operations succeeded" in out and "resubmitted" not in out
+        st = relay_status(bftfs_bin, relay.sock)
+        assert st["rollbacks"] == "0" and int(st["first_sent"]) >= 1
+        assert st["replicas_trusted"] == "0,1,2,3"
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
+def test_primary_killed_requests_complete_after_the_view_change(fs_cluster, bftfs_bin):
+    """The primary is dead when 300 creates arrive: the relay's requests to it go unanswered, it retransmits
+    to every replica, the backups change view, and every create completes exactly once."""
+    c, relay = fs_cluster
+    fsop(bftfs_bin, relay.sock, "mkdir", "/v")
+    c.kill(0)
+    out = fsop(bftfs_bin, relay.sock, "create", "/v/f%d", "--parallel", "300", "--timeout-s", "120",
+               timeout_s=150).stdout
+    assert "300 of 300 operations succeeded" in out
+    names = fsop(bftfs_bin, relay.sock, "readdir", "/v").stdout.split()
+    assert sorted(n for n in names if n not in (".", "..")) == sorted(f"f{i}" for i in range(300))
+    assert int(relay_status(bftfs_bin, relay.sock)["retransmissions"]) > 0
 
 
 def test_relay_restart_keeps_the_file_system(fs_cluster, bftfs_bin):
@@ -215,6 +278,63 @@ def test_garbage_and_a_mount_that_does_not_read(cluster, bftfs_bin, tmp_path):
         # Still serving.
         assert "ino" in fsop(bftfs_bin, relay.sock, "getattr", "/ok").stdout
         assert relay.daemon.alive()
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
+def test_random_frames_through_the_socket(fs_cluster, bftfs_bin):
+    """A fuzzer through the socket: valid frames with random bytes changed, cut or repeated, over many
+    connections. Whatever the relay makes of them, it stays up and keeps serving."""
+    c, relay = fs_cluster
+    rng = random.Random(11)
+    templates = [HELLO, submit(1, b"\x01\x01\x00\x00"), submit(2, rng.randbytes(40), flags=3),
+                 frame(b"\x03" + struct.pack("<Q", 1)), STATUS]
+    for _ in range(60):
+        stream = bytearray(HELLO if rng.random() < 0.8 else b"")
+        for _ in range(rng.randrange(1, 12)):
+            f = bytearray(rng.choice(templates))
+            for _ in range(rng.randrange(0, 4)):
+                f[rng.randrange(len(f))] = rng.randrange(256)
+            if rng.random() < 0.2:
+                f = f[:rng.randrange(len(f))]
+            stream += f
+        with connect(relay.sock) as s:
+            with contextlib.suppress(OSError):
+                s.sendall(bytes(stream))
+                s.settimeout(0.05)
+                with contextlib.suppress(socket.timeout, OSError):
+                    s.recv(1 << 16)
+    assert relay.daemon.alive()
+    fsop(bftfs_bin, relay.sock, "mkdir", "/after-fuzz")
+    assert "after-fuzz" in fsop(bftfs_bin, relay.sock, "readdir", "/").stdout.split()
+
+
+def test_requests_wait_for_unreachable_replicas(cluster, bftfs_bin, tmp_path):
+    """Like an NFS hard mount: with too few replicas for a quorum an operation waits (the relay retransmits)
+    and completes once they are back."""
+    c = cluster(service="fs", replica_args=["--shim"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/w")
+        c.stop(2)
+        c.stop(3)
+        pending = subprocess.Popen([str(bftfs_bin), "fsop", "--socket", str(relay.sock), "--op", "create",
+                                    "--path", "/w/late", "--timeout-s", "120"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: int(relay_status(bftfs_bin, relay.sock)["in_flight"]) == 1, 30,
+                       "the create to be in flight at the relay")
+            assert pending.poll() is None, "the create finished without a quorum"
+            c.start([2, 3])
+            out, err = pending.communicate(timeout=120)
+        finally:
+            if pending.poll() is None:
+                pending.kill()
+                pending.wait()
+        assert pending.returncode == 0, out + err
+        assert "type file" in out
+        assert int(relay_status(bftfs_bin, relay.sock)["retransmissions"]) > 0
     finally:
         relay.daemon.stop()
     assert not relay.errors(), "\n".join(relay.errors())

@@ -352,6 +352,20 @@ TEST_CASE("fs setattr: chmod by the owner, chown by root, chgrp to an own group"
   CHECK(h.ok(chmod(f, 02755, user(1000, 100))).attr.mode == 0755);
 }
 
+TEST_CASE("fs a writer who does not own a file may clear its set-id bits and nothing else", "[fs]") {
+  Harness h;
+  const Handle f = h.make_file(kRoot, "f", 0777);
+  h.ok(chmod(f, 06777));
+  // What the kernel sends before a non-owner's write: the mode without S_ISUID and S_ISGID.
+  CHECK(h.ok(chmod(f, 0777, user(1000, 100))).attr.mode == 0777);
+  h.ok(chmod(f, 04777));
+  CHECK(h.err_of(chmod(f, 0776, user(1000, 100))) == err::kPerm);   // not only the set-id bits
+  CHECK(h.err_of(chmod(f, 04777, user(1000, 100))) == err::kPerm);  // no set-id bit dropped
+  h.ok(chmod(f, 04775));
+  CHECK(h.err_of(chmod(f, 0775, user(1000, 100))) == err::kPerm);   // no write permission
+  CHECK(h.attr(f).mode == 04775);
+}
+
 TEST_CASE("fs writes and chown by non-root clear set-user-id", "[fs]") {
   Harness h;
   const Handle f = h.make_file(kRoot, "f", 0777);

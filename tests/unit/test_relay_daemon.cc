@@ -1,0 +1,259 @@
+// The relay daemon (relay/relay_daemon.h) in NO-REP mode against an in-process NO-REP file server, through its
+// Unix socket: the frame rules of docs/RELAY.md that a mount relies on (HELLO first, FIRST before FINAL, one
+// FINAL per SUBMIT, none after CANCEL, a cancelled tag reusable, refusals with a reason, a broken peer closed).
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/config.h"
+#include "relay/relay_daemon.h"
+#include "relay/relay_wire.h"
+#include "replica/norep_server.h"
+#include "replica/unique_fd.h"
+#include "services/fs/fs_codec.h"
+#include "services/fs/fs_service.h"
+#include "tests/unit/test_runtime_util.h"
+
+using namespace bftfs;
+using namespace bftfs::testing;
+
+namespace {
+
+struct RelayFixture {
+  TempDir dir;
+  std::string conf;
+  std::string sock;
+  std::unique_ptr<NorepServer> server;
+  std::unique_ptr<RelayDaemon> relay;
+  std::thread server_thread;
+  std::thread relay_thread;
+  NodeId client_id = 0;
+
+  RelayFixture() {
+    const std::uint16_t port = free_port_range(4);
+    REQUIRE(generate_cluster(dir.path, 1, 2, {"127.0.0.1"}, port).empty());
+    conf = dir.path + "/cluster.conf";
+    ClusterConfig config;
+    REQUIRE(load_cluster(conf, config).empty());
+    client_id = config.clients.back();
+    NorepOptions no;
+    no.config_path = conf;
+    no.data_dir = dir.path + "/norep";
+    no.service = "fs";
+    std::string err = NorepServer::create(no, server);
+    INFO(err);
+    REQUIRE(err.empty());
+    server_thread = std::thread([this] { server->run(); });
+    sock = dir.path + "/relay.sock";
+    RelayOptions ro;
+    ro.config_path = conf;
+    ro.id = client_id;
+    ro.socket_path = sock;
+    ro.norep = true;
+    err = RelayDaemon::create(ro, relay);
+    INFO(err);
+    REQUIRE(err.empty());
+    relay_thread = std::thread([this] { relay->run(); });
+  }
+  ~RelayFixture() {
+    relay->stop();
+    relay_thread.join();
+    relay.reset();
+    server->stop();
+    server_thread.join();
+  }
+};
+
+// A blocking mount-side connection with a deadline on every read.
+class Mount {
+ public:
+  explicit Mount(const std::string& path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    REQUIRE(path.size() < sizeof addr.sun_path);
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    REQUIRE(fd_.valid());
+    REQUIRE(::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  }
+  // Sends several frames in one write, so the relay reads them in one go.
+  void send(std::initializer_list<relay::MountMsg> msgs) {
+    Bytes all;
+    for (const auto& m : msgs) {
+      const Bytes f = relay::encode_frame(m);
+      all.insert(all.end(), f.begin(), f.end());
+    }
+    send_raw(all);
+  }
+  void send_raw(const Bytes& bytes) {
+    REQUIRE(::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  }
+  // The next frame; false when the relay closed the connection (or nothing came within the timeout).
+  bool receive(relay::RelayMsg& out, int timeout_ms = 10000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      Bytes body;
+      relay::RelayWireError why = relay::RelayWireError::kOk;
+      const auto next = splitter_.next(body, why);
+      REQUIRE(next != relay::FrameSplitter::Next::kBroken);
+      if (next == relay::FrameSplitter::Next::kFrame) {
+        REQUIRE(relay::decode_relay_body(body, out) == relay::RelayWireError::kOk);
+        return true;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd pfd{fd_.get(), POLLIN, 0};
+      if (::poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+      std::uint8_t buf[65536];
+      const ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      splitter_.append(std::span<const std::uint8_t>(buf, static_cast<std::size_t>(n)));
+    }
+  }
+  relay::HelloOk hello() {
+    send({relay::Hello{}});
+    relay::RelayMsg m;
+    REQUIRE(receive(m));
+    REQUIRE(std::holds_alternative<relay::HelloOk>(m));
+    return std::get<relay::HelloOk>(m);
+  }
+
+ private:
+  UniqueFd fd_;
+  relay::FrameSplitter splitter_;
+};
+
+fs::Op root_op(fs::OpCode code) {
+  fs::Op op;
+  op.code = code;
+  op.handle = fs::Handle::of(fs::kRootIno, 1);
+  return op;
+}
+
+Bytes getattr_root() { return fs::encode_request(fs::Request{{root_op(fs::OpCode::kGetattr)}}); }
+
+Bytes mkdir_root(const std::string& name) {
+  fs::Op op = root_op(fs::OpCode::kMkdir);
+  op.name = name;
+  op.mode = 0755;
+  return fs::encode_request(fs::Request{{op}});
+}
+
+fs::Result decoded(const Bytes& b) {
+  fs::Result r;
+  REQUIRE(fs::decode_result(b, r) == fs::FsDecodeError::kOk);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("relay: HELLO, then FIRST before FINAL with the same result (NO-REP)", "[relay_daemon]") {
+  RelayFixture fx;
+  Mount m(fx.sock);
+  const relay::HelloOk h = m.hello();
+  CHECK(h.client_id == fx.client_id);
+  CHECK(h.n == 1);
+  CHECK(h.f == 0);
+  m.send({relay::Submit{1, relay::kFlagReportFirst, {}, mkdir_root("a")}});
+  relay::RelayMsg first, fin;
+  REQUIRE(m.receive(first));
+  REQUIRE(m.receive(fin));
+  REQUIRE(std::holds_alternative<relay::First>(first));
+  REQUIRE(std::holds_alternative<relay::Final>(fin));
+  CHECK(std::get<relay::First>(first).tag == 1);
+  CHECK(std::get<relay::Final>(fin).tag == 1);
+  CHECK(std::get<relay::Final>(fin).status == relay::FinalStatus::kCommitted);
+  CHECK(std::get<relay::First>(first).result == std::get<relay::Final>(fin).result);
+  const fs::Result r = decoded(std::get<relay::Final>(fin).result);
+  CHECK(r.outcome == fs::Outcome::kDone);
+  CHECK(r.results.at(0).attr.type == fs::FileType::kDirectory);
+
+  // Without bit 1 only FINAL comes; a read-only request is answered too.
+  m.send({relay::Submit{2, relay::kFlagReadOnly, {}, getattr_root()}});
+  REQUIRE(m.receive(fin));
+  REQUIRE(std::holds_alternative<relay::Final>(fin));
+  CHECK(std::get<relay::Final>(fin).tag == 2);
+  CHECK(decoded(std::get<relay::Final>(fin).result).results.at(0).attr.nlink == 3);  // ., .. and a/..
+}
+
+TEST_CASE("relay: a cancelled request gets no FINAL and its tag can be reused", "[relay_daemon]") {
+  RelayFixture fx;
+  Mount m(fx.sock);
+  m.hello();
+  // In one write, so the relay handles the CANCEL before the server can answer the first SUBMIT.
+  m.send({relay::Submit{5, 0, {}, mkdir_root("x")}, relay::Cancel{5}, relay::Submit{5, 0, {}, mkdir_root("y")},
+          relay::Submit{6, relay::kFlagReadOnly, {}, getattr_root()}});
+  std::vector<relay::Final> finals;
+  while (finals.size() < 2) {
+    relay::RelayMsg msg;
+    REQUIRE(m.receive(msg));
+    REQUIRE(std::holds_alternative<relay::Final>(msg));
+    finals.push_back(std::get<relay::Final>(msg));
+  }
+  // Exactly one FINAL for tag 5, and it is the second request's (mkdir y: a fresh directory, inode 3).
+  CHECK(finals[0].tag == 5);
+  CHECK(finals[1].tag == 6);
+  CHECK(decoded(finals[0].result).results.at(0).attr.ino == 3);
+  // Nothing else arrives: ask for STATUS and get exactly that next.
+  m.send({relay::StatusQuery{}});
+  relay::RelayMsg msg;
+  REQUIRE(m.receive(msg));
+  REQUIRE(std::holds_alternative<relay::StatusReply>(msg));
+  CHECK(std::get<relay::StatusReply>(msg).text.find("cancelled 1\n") != std::string::npos);
+  CHECK(std::get<relay::StatusReply>(msg).text.find("mode norep\n") != std::string::npos);
+}
+
+TEST_CASE("relay: malformed or inconsistent requests are refused with a reason", "[relay_daemon]") {
+  RelayFixture fx;
+  Mount m(fx.sock);
+  m.hello();
+  m.send({relay::Submit{1, 0, {}, Bytes{0xFF, 0xFF}}, relay::Submit{2, relay::kFlagReadOnly, {}, mkdir_root("z")}});
+  for (std::uint64_t tag : {1u, 2u}) {
+    relay::RelayMsg msg;
+    REQUIRE(m.receive(msg));
+    REQUIRE(std::holds_alternative<relay::Final>(msg));
+    const auto& fin = std::get<relay::Final>(msg);
+    CHECK(fin.tag == tag);
+    CHECK(fin.status == relay::FinalStatus::kRefused);
+    CHECK(!fin.result.empty());
+  }
+  // The connection is still good.
+  m.send({relay::Submit{3, 0, {}, getattr_root()}});
+  relay::RelayMsg msg;
+  REQUIRE(m.receive(msg));
+  CHECK(std::get<relay::Final>(msg).status == relay::FinalStatus::kCommitted);
+}
+
+TEST_CASE("relay: a broken peer is disconnected, and others are not affected", "[relay_daemon]") {
+  RelayFixture fx;
+  Mount good(fx.sock);
+  good.hello();
+  SECTION("a frame before HELLO") {
+    Mount bad(fx.sock);
+    bad.send({relay::StatusQuery{}});
+    relay::RelayMsg msg;
+    CHECK_FALSE(bad.receive(msg));
+  }
+  SECTION("a SUBMIT reusing a tag in flight") {
+    Mount bad(fx.sock);
+    bad.hello();
+    bad.send({relay::Submit{9, 0, {}, getattr_root()}, relay::Submit{9, 0, {}, getattr_root()}});
+    relay::RelayMsg msg;
+    while (bad.receive(msg)) {}  // whatever came before the close, the connection ends
+  }
+  SECTION("a zero length") {
+    Mount bad(fx.sock);
+    bad.hello();
+    bad.send_raw(Bytes{0, 0, 0, 0});
+    relay::RelayMsg msg;
+    CHECK_FALSE(bad.receive(msg));
+  }
+  good.send({relay::Submit{1, 0, {}, getattr_root()}});
+  relay::RelayMsg msg;
+  REQUIRE(good.receive(msg));
+  CHECK(std::get<relay::Final>(msg).status == relay::FinalStatus::kCommitted);
+}
