@@ -294,7 +294,7 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
   m.status_path = options.data_dir + "/status.json";
   if (std::string err = FileSnapshotStore::open(options.data_dir + "/snapshots", m.store); !err.empty()) return err;
   if (std::string err = check_service_identity(*m.store, options); !err.empty()) return err;
-  if (std::string err = make_service_stack(options.service, m.store.get(), options.shim,
+  if (std::string err = make_service_stack(options.service, m.store.get(), options.data_dir, options.shim,
                                            static_cast<std::uint32_t>(m.config.clients.size()), m.service);
       !err.empty()) {
     return err;
