@@ -442,8 +442,9 @@ Replica::Impl::Impl(const ReplicaOptions& options, NodeId self_id, Service& svc,
   const CheckpointId initial = service.recovered_checkpoint();
   Bytes table = clients.encode();
   stable_digest = checkpoint_digest(0, initial.digest, digest_of(table));
-  // Not marked retained: a service need not keep its initial state as a readable checkpoint.
-  own_checkpoints[0] = OwnCheckpoint{stable_digest, std::move(table), false};
+  // Retained: every service keeps its newest checkpoint readable (protocol/service.h), and the initial state's
+  // tree lets a new or wiped replica fetch only the partitions that differ from it.
+  own_checkpoints[0] = OwnCheckpoint{stable_digest, std::move(table), true};
   claims[self][0] = stable_digest;
 }
 
@@ -2303,7 +2304,7 @@ void Replica::Impl::recover(const std::vector<PersistRecord>& log) {
   if (sc.seq == 0 && checkpoints.count(0) == 0) {
     Bytes table = clients.encode();
     const Digest d = checkpoint_digest(0, sc.digest, digest_of(table));
-    own_checkpoints[0] = OwnCheckpoint{d, std::move(table), false};
+    own_checkpoints[0] = OwnCheckpoint{d, std::move(table), true};  // as in the constructor
   } else if (auto it = checkpoints.find(sc.seq); it != checkpoints.end()) {
     ClientTable table(opt.client_window);
     const bool ok = ClientTable::decode(it->second.second, opt.client_window, table);

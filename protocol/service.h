@@ -63,7 +63,8 @@ class Service {
   virtual CheckpointId checkpoint(std::uint64_t seq) = 0;
   virtual void discard_checkpoints_below(std::uint64_t seq) = 0;
 
-  // The last durable checkpoint after a restart (seq 0 and the digest of the initial state if none).
+  // The last durable checkpoint after a restart (seq 0 and the digest of the initial state if none). Like every
+  // newest checkpoint it is retained (readable) until a newer one is taken or installed and discarded below.
   virtual CheckpointId recovered_checkpoint() const = 0;
 
   // ---- partitions (fixed count for the life of the service) ----
