@@ -1114,6 +1114,9 @@ struct FsService::Impl {
     BFT_ASSERT(!installing);
     BFT_ASSERT(last_executed <= seq);
     commit_through(seq);
+    // Damage found earlier (say, by a peer's fetch) and not yet repaired: take nothing either, so that the
+    // store's newest checkpoint stays the engine's newest (the base its repair diffs against).
+    if (!store.corrupt_partitions().empty()) return CheckpointId{seq, Digest{}};
     const std::optional<CheckpointId> id = store.checkpoint(seq);
     if (!id.has_value()) return CheckpointId{seq, Digest{}};  // damaged (protocol/service.h): nothing taken
     return *id;
