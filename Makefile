@@ -52,7 +52,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 # Steps depend on each other in order (deps, then configure, then build); parallelism lives inside ninja.
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
-.PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
+.PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan bench-fs-recovery demo \
         clean help
 
 help:
@@ -66,6 +66,7 @@ help:
 	@echo "  make lint          -Werror build, pyflakes, purity of protocol/ services/ shim/ sim/"
 	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan (QUICK=1 for a short run)"
 	@echo "  make bench-counter-wan  PBFT-CS vs PBFT vs NO-REP across emulated WAN topologies"
+	@echo "  make bench-fs-recovery  fs disk store: wiped replica rejoin, corrupt block repair, crash of all"
 	@echo "  make clean         remove build directories"
 
 deps:
@@ -128,6 +129,9 @@ bench-faults: deps all
 
 bench-counter-wan: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_counter_wan.py
+
+bench-fs-recovery: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_fs_recovery.py
 
 demo: deps all
 	@BFTFS_BUILD="$(abspath $(BUILD))" bash scripts/demo.sh
