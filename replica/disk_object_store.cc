@@ -119,6 +119,7 @@ struct DiskObjectStore::Impl {
   UniqueFd dir_fd;
   UniqueFd data_fd;
   UniqueFd index_fd;
+  std::uint64_t data_generation = 0;  // the data file is data (generation 0) or data.<generation>
   std::uint64_t data_end = 0;   // where the next value is appended
   std::uint64_t index_end = 0;  // where the next journal record is appended
 
@@ -261,15 +262,20 @@ struct DiskObjectStore::Impl {
     out.insert(out.end(), body.begin(), body.end());
   }
 
-  static Bytes header_body(std::uint64_t partitions) {
+  static Bytes header_body(std::uint64_t partitions, std::uint64_t generation) {
     Bytes b;
-    b.reserve(1 + sizeof kMagic + 12);  // (also keeps GCC 12's -Warray-bounds quiet about the growing vector)
+    b.reserve(1 + sizeof kMagic + 20);  // (also keeps GCC 12's -Warray-bounds quiet about the growing vector)
     ByteWriter w(b);
     w.u8(kRecHeader);
     w.bytes(std::string_view(kMagic, sizeof kMagic));
     w.u32(kVersion);
     w.u64(partitions);
+    w.u64(generation);
     return b;
+  }
+
+  std::string data_path_for(std::uint64_t generation) const {
+    return generation == 0 ? dir + "/data" : dir + "/data." + std::to_string(generation);
   }
 
   static Bytes part_body(std::uint64_t p, const Digest& leaf, const Content& c) {
@@ -331,6 +337,7 @@ struct DiskObjectStore::Impl {
     latest_seq = seq;
     has_checkpoint = true;
     st.checkpoints++;
+    maybe_compact_data();  // (rewrites the journal when it runs)
     maybe_compact_index();
     return CheckpointId{seq, root};
   }
@@ -346,10 +353,17 @@ struct DiskObjectStore::Impl {
   // that size: amortized O(1) per PART appended. Called right after a checkpoint (current = latest).
   void maybe_compact_index() {
     if (index_end < opt.index_compact_bytes_min || index_end < 2 * live_index_bytes + 4096) return;
+    rewrite_index(data_generation);
+    st.index_compactions++;
+  }
+
+  // Atomically replaces the journal by one naming data file `generation` (written to a temporary file, fsynced,
+  // renamed, directory fsynced). Precondition: current = latest (right after a checkpoint).
+  void rewrite_index(std::uint64_t generation) {
     BFT_ASSERT(dirty.empty());
     const PartitionTree& t = versions.rbegin()->second.tree;
     Bytes records;
-    append_record(records, header_body(opt.partitions));
+    append_record(records, header_body(opt.partitions, generation));
     for (std::uint64_t p = 0; p < opt.partitions; ++p) {
       if (part_record_bytes[p] == 0) continue;
       const std::size_t before = records.size();
@@ -368,10 +382,75 @@ struct DiskObjectStore::Impl {
     index_end = records.size();
     live_index_bytes = 0;
     for (std::uint64_t b : part_record_bytes) live_index_bytes += b;
-    st.index_compactions++;
+  }
+
+  // Reclaims dead extents (overwritten or erased values no retained checkpoint names) once the data file is
+  // more than twice what is still referenced: the referenced extents are copied, in offset order, to the next
+  // generation's file, which a rewritten journal then names (the rename of the journal is the switch; a crash
+  // before it leaves the old pair in force, and open removes the orphan). Amortized O(1) per byte written;
+  // a pause of O(live bytes) at the checkpoint that triggers it. Called right after a checkpoint.
+  void maybe_compact_data() {
+    if (data_end < opt.data_compact_bytes_min || data_end < 2 * live_value_bytes + 4096) return;
+    // Every extent named by the current objects or a retained checkpoint's frozen content.
+    // Keyed by (offset, length): an empty value has the offset of the value appended after it.
+    std::set<std::pair<std::uint64_t, std::uint32_t>> referenced;
+    for (const auto& [k, slot] : index) referenced.emplace(slot.ext.offset, slot.ext.len);
+    for (const auto& [seq, v] : versions) {
+      for (const auto& [p, c] : v.frozen) {
+        for (const auto& [k, e] : c) referenced.emplace(e.offset, e.len);
+      }
+    }
+    std::uint64_t referenced_bytes = 0;
+    for (const auto& [off, len] : referenced) referenced_bytes += len;
+    if (data_end < 2 * referenced_bytes + 4096) return;
+    const std::uint64_t next_gen = data_generation + 1;
+    const std::string next_path = data_path_for(next_gen);
+    UniqueFd next(::open(next_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!next.valid()) die("cannot create", next_path);
+    std::map<std::pair<std::uint64_t, std::uint32_t>, std::uint64_t> moved;  // old (offset, length) -> new offset
+    std::uint64_t end = 0;
+    Bytes buf;
+    for (const auto& [off, len] : referenced) {
+      buf.resize(len);
+      // Copied as they are: a corrupt extent stays corrupt (its checksum is in the index) and is found when read.
+      if (pread_all(data_fd.get(), buf.data(), len, off) != static_cast<ssize_t>(len)) die("cannot read", data_path);
+      if (pwrite_all(next.get(), buf.data(), len, end) != 0) die("cannot write", next_path);
+      moved.emplace(std::make_pair(off, len), end);
+      end += len;
+    }
+    if (::fdatasync(next.get()) != 0) die("cannot fdatasync", next_path);
+    const auto remap = [&](Extent& e) { e.offset = moved.at({e.offset, e.len}); };
+    for (auto& [k, slot] : index) remap(slot.ext);
+    for (auto& [seq, v] : versions) {
+      for (auto& [p, c] : v.frozen) {
+        for (auto& [k, e] : c) remap(e);
+      }
+    }
+    const std::string old_path = data_path;
+    data_fd = std::move(next);
+    data_path = next_path;
+    data_generation = next_gen;
+    data_end = end;
+    rewrite_index(next_gen);  // the switch
+    if (::unlink(old_path.c_str()) != 0) die("cannot remove", old_path);
+    st.data_compactions++;
   }
 
   // ---- open ----
+
+  // Opens data file `generation` and removes every other generation's (an orphan of a compaction that
+  // crashed before its switch, or the old file of one that crashed after it).
+  std::string open_data(std::uint64_t generation) {
+    data_path = data_path_for(generation);
+    data_fd.reset(::open(data_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (!data_fd.valid()) return errno_text("cannot open", data_path);
+    for (std::uint64_t g = 0; g <= generation + 1; ++g) {
+      if (g == generation) continue;
+      const std::string other = data_path_for(g);
+      if (::unlink(other.c_str()) != 0 && errno != ENOENT) return errno_text("cannot remove", other);
+    }
+    return "";
+  }
 
   std::string load() {
     struct stat sb{};
@@ -385,9 +464,10 @@ struct DiskObjectStore::Impl {
     if (file.empty()) {
       // A new store: the header, durable with its directory entry.
       Bytes rec;
-      append_record(rec, header_body(opt.partitions));
+      append_record(rec, header_body(opt.partitions, 0));
       append_to_index(rec);
       if (::fsync(index_fd.get()) != 0) return errno_text("cannot fsync", index_path);
+      if (std::string e = open_data(0); !e.empty()) return e;
       if (::ftruncate(data_fd.get(), 0) != 0) return errno_text("cannot truncate", data_path);
       if (::fsync(dir_fd.get()) != 0) return errno_text("cannot fsync", dir);
       return "";
@@ -422,6 +502,7 @@ struct DiskObjectStore::Impl {
           return "index made for " + std::to_string(partitions) + " partitions, the service has " +
                  std::to_string(opt.partitions);
         }
+        if (!r.u64(data_generation) || !r.done()) return "malformed index header";
         header = true;
         good_end = pos + 8 + len;  // a header alone is a valid, empty store
       } else if (type == kRecPart) {
@@ -476,6 +557,7 @@ struct DiskObjectStore::Impl {
       pos += 8 + len;
     }
     if (!header) return "index has no valid header";
+    if (std::string e = open_data(data_generation); !e.empty()) return e;
     if (good_end < file.size()) {
       LOG_WARN("", "fs store: discarding %zu bytes of index after the last complete checkpoint (a crash mid-write)",
                file.size() - good_end);
@@ -525,13 +607,10 @@ std::string DiskObjectStore::open(const std::string& dir, const DiskStoreOptions
   auto m = std::make_unique<Impl>();
   m->opt = options;
   m->dir = dir;
-  m->data_path = dir + "/data";
   m->index_path = dir + "/index";
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errno_text("cannot create directory", dir);
   m->dir_fd.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!m->dir_fd.valid()) return errno_text("cannot open directory", dir);
-  m->data_fd.reset(::open(m->data_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (!m->data_fd.valid()) return errno_text("cannot open", m->data_path);
   m->index_fd.reset(::open(m->index_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (!m->index_fd.valid()) return errno_text("cannot open", m->index_path);
   if (std::string why = m->load(); !why.empty()) return dir + ": " + why;

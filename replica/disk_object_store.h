@@ -3,9 +3,10 @@
 // Memory holds the index (key -> extent and checksum), the partition sizes and trees, never the values.
 //
 // Files in the store's directory:
-//   data   values, appended (copy-on-write: a put never overwrites bytes a checkpoint may still name)
+//   data   values, appended (copy-on-write: a put never overwrites bytes a checkpoint may still name);
+//          data.<g> after the g-th compaction (the journal's header names the generation in force)
 //   index  a journal of records, each  u32 body_len || u32 crc32c(body) || body:
-//            HEADER  u8 3 || "BFTFSIDX" || u32 version (1) || u64 partitions        (the first record)
+//            HEADER  u8 3 || "BFTFSIDX" || u32 version (1) || u64 partitions || u64 data generation  (first)
 //            PART    u8 1 || u64 p || leaf digest (32) || u32 n || n * (key || u64 offset || u32 len || u32 crc)
 //            COMMIT  u8 2 || u64 seq || u64 data_end || u64 partitions || root digest (32)
 //          PARTs replace the whole content of their partition, and take effect only with the COMMIT after them;
@@ -22,8 +23,9 @@
 // torn tail from a crash is cut off), the tree is rebuilt from the PART leaf digests and checked against the
 // COMMIT's root, and the data file is cut back to the COMMIT's data_end (values written after the checkpoint
 // belong to executions the engine replays from its log). The journal is rewritten whole (temporary file,
-// fsync, rename) when it grows past twice its live size. Not yet: reclaiming dead extents of the data file
-// (it only grows; see the design doc).
+// fsync, rename) when it grows past twice its live size, and the data file is compacted into the next
+// generation (the referenced extents copied, then the rewritten journal's rename switches) when it grows past
+// twice the bytes still referenced.
 //
 // I/O errors other than on reads (a full or failing host disk) stop the process: a replica that cannot persist
 // must stop. Single-threaded: owned by the replica's event loop.
@@ -46,6 +48,7 @@ namespace bftfs {
 struct DiskStoreOptions {
   std::uint64_t partitions = 1u << 16;               // must equal the file service's FsOptions::partitions
   std::uint64_t index_compact_bytes_min = 64u << 20;  // the journal is rewritten only beyond this size
+  std::uint64_t data_compact_bytes_min = 256u << 20;  // dead extents are reclaimed only beyond this size
 };
 
 struct DiskStoreStats {
@@ -54,6 +57,7 @@ struct DiskStoreStats {
   std::uint64_t index_file_bytes = 0;
   std::uint64_t checkpoints = 0;        // since open
   std::uint64_t index_compactions = 0;  // since open
+  std::uint64_t data_compactions = 0;   // since open
   std::uint64_t values_written = 0;     // since open
   std::uint64_t value_reads = 0;        // from the data file (every read: no cache above the page cache)
   std::uint64_t corrupt_reads = 0;      // since open
@@ -99,6 +103,7 @@ class DiskObjectStore final : public fs::CheckpointedStore {
   DiskStoreStats stats() const;
   // Where the value of `key` lies in the data file: {offset, length} (tests corrupt it there).
   std::optional<std::pair<std::uint64_t, std::uint32_t>> extent_of(const fs::ObjectKey& key) const;
+  // The data file in force (its name changes with each compaction).
   const std::string& data_path() const;
 
  private:
