@@ -303,10 +303,12 @@ struct FsService::Impl {
       BFT_ASSERT(id.has_value());  // values written a moment ago by this process
     }
     recovered = store.latest();
-    // What a store recovered must hold the two objects every state has; a store that lost them cannot be used
-    // (the operator wipes the replica so that it rejoins by state transfer).
-    BFT_ASSERT(store.get(ObjectKey::super()) != nullptr);
-    BFT_ASSERT(store.get(ObjectKey::inode(kRootIno)) != nullptr);
+    // Every state has these two objects. Bytes that fail their checksum are not a reason to stop: the service
+    // starts damaged (damaged_partitions()) and the engine repairs it; an object that is simply absent is a bug.
+    const std::uint64_t corrupt_before = store.corrupt_reads();
+    const bool has_super = store.get(ObjectKey::super()) != nullptr;
+    const bool has_root = store.get(ObjectKey::inode(kRootIno)) != nullptr;
+    BFT_ASSERT((has_super && has_root) || store.corrupt_reads() != corrupt_before);
     committed = recovered.seq;
     last_executed = committed;
   }

@@ -368,3 +368,28 @@ TEST_CASE("fs disk store reclaims dead extents and keeps every retained checkpoi
   CHECK(::access((dir.path + "/data").c_str(), F_OK) != 0);
   CHECK(::access(orphan.c_str(), F_OK) != 0);
 }
+
+TEST_CASE("fs disk store: a replica whose superblock rotted on disk starts damaged instead of stopping",
+          "[fs][disk]") {
+  TempDir dir;
+  {
+    auto h = disk_harness(dir.path);
+    h->make_file(kRoot, "x");
+    h->svc.checkpoint(h->seq);
+  }
+  std::pair<std::uint64_t, std::uint32_t> extent;
+  std::string data;
+  {
+    auto s = open_store(dir.path, disk_options(small_options()));
+    const auto e = s->extent_of(ObjectKey::super());
+    REQUIRE(e.has_value());
+    extent = *e;
+    data = s->data_path();
+  }
+  flip_byte(data, extent.first);
+  auto h = disk_harness(dir.path);
+  CHECK(h->svc.damaged_partitions() ==
+        std::vector<std::uint64_t>{partition_of(ObjectKey::super(), small_options().partitions)});
+  Bytes out;
+  CHECK_FALSE(h->svc.execute_read_only(7, encode_request(Request{{getattr(kRoot)}}), out));
+}
