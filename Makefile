@@ -54,7 +54,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        demo-counter bench-fs bench-fs-faults clean help
+        demo-counter bench-fs bench-fs-faults bench-fs-recovery clean help
 
 help:
 	@echo "bftfs make targets:"
@@ -70,6 +70,7 @@ help:
 	@echo "  make bench-counter-wan  PBFT-CS vs PBFT vs NO-REP across emulated WAN topologies"
 	@echo "  make bench-fs      grep/write/create100 + Andrew on native, FUSE local, NO-REP, PBFT (QUICK=1, BENCH_SYSTEMS=...)"
 	@echo "  make bench-fs-faults  Andrew on PBFT with a backup, then the primary, killed; tree vs a fault-free run"
+	@echo "  make bench-fs-recovery  fs disk store: wiped replica rejoin, corrupt block repair, crash of all"
 	@echo "  make clean         remove build directories"
 
 deps:
@@ -139,6 +140,9 @@ bench-fs: deps all
 
 bench-fs-faults: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_fs.py --faults
+
+bench-fs-recovery: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_fs_recovery.py
 
 demo: deps all
 	@BFTFS_BUILD="$(abspath $(BUILD))" bash scripts/demo.sh

@@ -266,6 +266,11 @@ struct Replica::Impl {
   // until state transfer replaces both.
   bool service_diverged = false;
   std::uint64_t diverged_service_seq = 0;
+  // The service reported damaged partitions (Service::damaged_partitions): unlike a diverged service after a
+  // restart, its newest checkpoint is still good except those partitions, so a state transfer fetches only
+  // what differs from that checkpoint with the damaged leaves blanked (repair_tree keeps that copy alive).
+  bool service_damaged = false;
+  std::optional<PartitionTree> repair_tree;
   std::uint64_t fetch_bytes_at_start = 0;
 
   // ---- output ----
@@ -347,6 +352,7 @@ struct Replica::Impl {
   bool can_open_batch() const;
   void close_open_batch();
   void discard_open_batch();
+  bool check_service_damage();
   void attach_body(Entry& e, std::shared_ptr<const Batch> body);
   void start_fetch(Entry& e);
   bool record_vote(Entry& e, NodeId from, const Digest& d, bool commit);
@@ -436,8 +442,9 @@ Replica::Impl::Impl(const ReplicaOptions& options, NodeId self_id, Service& svc,
   const CheckpointId initial = service.recovered_checkpoint();
   Bytes table = clients.encode();
   stable_digest = checkpoint_digest(0, initial.digest, digest_of(table));
-  // Not marked retained: a service need not keep its initial state as a readable checkpoint.
-  own_checkpoints[0] = OwnCheckpoint{stable_digest, std::move(table), false};
+  // Retained: every service keeps its newest checkpoint readable (protocol/service.h), and the initial state's
+  // tree lets a new or wiped replica fetch only the partitions that differ from it.
+  own_checkpoints[0] = OwnCheckpoint{stable_digest, std::move(table), true};
   claims[self][0] = stable_digest;
 }
 
@@ -779,7 +786,9 @@ void Replica::Impl::process_read_only() {
     Request r = std::move(read_only_queue.front());
     read_only_queue.pop_front();
     Bytes result;
-    if (!service.execute_read_only(r.client, r.op, result)) continue;  // the client falls back to ordering
+    const bool answered = service.execute_read_only(r.client, r.op, result);
+    if (check_service_damage()) return;  // the queue waits for the repaired state
+    if (!answered) continue;  // the client falls back to ordering
     Reply rep;
     rep.view = view;
     rep.client = r.client;
@@ -1267,6 +1276,7 @@ void Replica::Impl::check_committed(Entry& e) {
 void Replica::Impl::run_execution() {
   if (service_diverged || fetcher.active()) return;  // the state is about to be replaced wholesale
   for (;;) {
+    if (service_diverged) return;  // damaged by the batch just executed (check_service_damage)
     if (last_committed < last_executed) {
       const Entry* e = find(last_committed + 1);
       BFT_ASSERT(e != nullptr);
@@ -1356,9 +1366,11 @@ bool Replica::Impl::execute_request(const Request& r, std::uint64_t seq, std::ui
     forget_request(r.client, r.request_id);
     return false;  // a duplicate or stale id is never executed twice (TOCS §2.1)
   }
+  if (service_diverged) return false;  // damaged earlier in this batch: nothing it computes is answered
   const ExecContext exec{seq, r.client, r.request_id, timestamp_ns};
   Bytes result = service.execute(exec, r.op);
   BFT_ASSERT(result.size() <= kResultBytesMax);
+  if (check_service_damage()) return false;  // the result may come from corrupt storage: never sent
   if (!replaying) send_reply(r, reply_view, kind, result);
   clients.record(r.client, r.request_id, seq, std::move(result), kind != ReplyKind::kCommitted);
   forget_request(r.client, r.request_id);
@@ -1435,9 +1447,11 @@ void Replica::Impl::rollback_to(std::uint64_t s) {
 
 void Replica::Impl::take_checkpoint(std::uint64_t s) {
   BFT_ASSERT(s % opt.checkpoint_interval == 0);
+  if (service_diverged) return;  // damaged while executing up to s: the state at s is not ours to claim
   BFT_ASSERT(s == last_committed);
   BFT_ASSERT(s == last_executed);
   const CheckpointId id = service.checkpoint(s);  // durable on return
+  if (check_service_damage()) return;  // nothing was taken: no record, no claim, no CHECKPOINT
   BFT_ASSERT(id.seq == s);
   Bytes table = clients.encode();
   const Digest d = checkpoint_digest(s, id.digest, digest_of(table));
@@ -1720,6 +1734,25 @@ void Replica::Impl::check_state_transfer(bool stalled) {
   if (s > h + opt.log_window || stalled || service_diverged) start_state_fetch(s, best->second);
 }
 
+// The service found its stored state damaged (a checksum mismatch): the replica becomes one of the f faults
+// until a state transfer repairs it. It stops executing and replying (service_diverged) and fetches the next
+// stable checkpoint, diffing against its own newest checkpoint with the damaged partitions blanked, so only
+// those and what changed since are fetched. Returns whether the service is damaged.
+bool Replica::Impl::check_service_damage() {
+  if (service_damaged) return true;
+  const std::vector<std::uint64_t> damaged = service.damaged_partitions();
+  if (damaged.empty()) return false;
+  LOG_WARN(ctx(), "service storage damaged in %zu partition(s) (first %llu); silent until repaired by state transfer",
+           damaged.size(), static_cast<unsigned long long>(damaged.front()));
+  stats.service_damaged++;
+  service_damaged = true;
+  if (!service_diverged) {
+    service_diverged = true;
+    diverged_service_seq = last_committed;
+  }
+  return true;
+}
+
 void Replica::Impl::start_state_fetch(std::uint64_t s, const Digest& d) {
   if (s <= last_committed) return;
   if (fetcher.active() && fetcher.target_seq() >= s) return;
@@ -1730,6 +1763,13 @@ void Replica::Impl::start_state_fetch(std::uint64_t s, const Digest& d) {
   const PartitionTree* local = nullptr;
   auto newest = own_checkpoints.rbegin();
   if (!service_diverged && newest->second.retained) local = &service.checkpoint_tree(newest->first);
+  if (service_damaged && newest->second.retained) {
+    repair_tree = service.checkpoint_tree(newest->first);
+    for (std::uint64_t p : service.damaged_partitions()) {
+      if (p < repair_tree->leaves()) repair_tree->set_leaf(p, Digest{});  // no partition's digest is zero
+    }
+    local = &*repair_tree;
+  }
   fetch_bytes_at_start = fetcher.bytes_fetched();
   LOG_INFO(ctx(), "state transfer to checkpoint s%llu %s (local %s)", static_cast<unsigned long long>(s),
            d.short_hex().c_str(), local ? "diff" : "full");
@@ -1771,6 +1811,8 @@ void Replica::Impl::install_fetched_state(FetchedState&& fs) {
   }
   clients = std::move(table);
   service_diverged = false;
+  service_damaged = false;
+  repair_tree.reset();
   last_executed = fs.seq;
   last_committed = fs.seq;
   last_executed_timestamp_ns = 0;
@@ -2152,6 +2194,7 @@ void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& d
 
 void Replica::Impl::on_tick() {
   ticks++;
+  check_service_damage();  // damage found outside execution (serving a fetch of a corrupt partition)
   if (vc_timer_ticks_left > 0 && --vc_timer_ticks_left == 0) on_view_change_timeout();
   if (--status_ticks_left == 0) on_status_timeout();
   for (std::uint64_t s : std::vector<std::uint64_t>(fetching_seqs.begin(), fetching_seqs.end())) {
@@ -2261,7 +2304,7 @@ void Replica::Impl::recover(const std::vector<PersistRecord>& log) {
   if (sc.seq == 0 && checkpoints.count(0) == 0) {
     Bytes table = clients.encode();
     const Digest d = checkpoint_digest(0, sc.digest, digest_of(table));
-    own_checkpoints[0] = OwnCheckpoint{d, std::move(table), false};
+    own_checkpoints[0] = OwnCheckpoint{d, std::move(table), true};  // as in the constructor
   } else if (auto it = checkpoints.find(sc.seq); it != checkpoints.end()) {
     ClientTable table(opt.client_window);
     const bool ok = ClientTable::decode(it->second.second, opt.client_window, table);

@@ -57,11 +57,14 @@ class Service {
 
   // Takes a checkpoint of the current state, which is the state after executing seq (the engine calls this
   // only when seq is committed and nothing past seq is executed). Durable on return. The checkpoint stays
-  // readable (partition_* below) until discard_checkpoints_below(s) with s > seq.
+  // readable (partition_* below) until discard_checkpoints_below(s) with s > seq. Exception: if the service
+  // finds its stored state damaged while taking it (damaged_partitions() non-empty after the call), nothing is
+  // taken and the returned digest is zero.
   virtual CheckpointId checkpoint(std::uint64_t seq) = 0;
   virtual void discard_checkpoints_below(std::uint64_t seq) = 0;
 
-  // The last durable checkpoint after a restart (seq 0 and the digest of the initial state if none).
+  // The last durable checkpoint after a restart (seq 0 and the digest of the initial state if none). Like every
+  // newest checkpoint it is retained (readable) until a newer one is taken or installed and discarded below.
   virtual CheckpointId recovered_checkpoint() const = 0;
 
   // ---- partitions (fixed count for the life of the service) ----
@@ -80,6 +83,13 @@ class Service {
   // Makes the installed state the checkpoint at target_seq, durably, and returns its id (the engine checks
   // the digest against the one it fetched for).
   virtual CheckpointId finish_install(std::uint64_t target_seq) = 0;
+
+  // ---- damage (services whose storage verifies what it reads: the file service's checksums) ----
+  // Partitions whose stored bytes failed verification. Non-empty means every result computed since is
+  // untrustworthy: the engine sends none of them, stops executing and taking checkpoints, and fetches the next
+  // stable checkpoint from its peers with these partitions treated as differing (a replica with a damaged disk
+  // is one of the f faults until then). A finish_install that replaces them clears them.
+  virtual std::vector<std::uint64_t> damaged_partitions() const { return {}; }
 };
 
 // Durable key-value storage for small services (null, counter) so they need no file code of their own. The

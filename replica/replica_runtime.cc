@@ -86,6 +86,9 @@ struct ReplicaRuntime::Impl {
   std::atomic<std::uint64_t> snap_committed{0};
   std::atomic<std::uint64_t> snap_stable{0};
   std::atomic<bool> snap_vc{false};
+  std::atomic<std::uint64_t> snap_transfers{0};
+  std::atomic<std::uint64_t> snap_transfer_bytes{0};
+  std::atomic<std::uint64_t> snap_damaged{0};
   std::atomic<bool> snap_running{false};
 
   void collect() {
@@ -156,6 +159,9 @@ struct ReplicaRuntime::Impl {
     snap_committed.store(replica->last_committed(), std::memory_order_relaxed);
     snap_stable.store(replica->stable_checkpoint(), std::memory_order_relaxed);
     snap_vc.store(replica->in_view_change(), std::memory_order_relaxed);
+    snap_transfers.store(replica->stats().state_transfers, std::memory_order_relaxed);
+    snap_transfer_bytes.store(replica->stats().state_transfer_bytes, std::memory_order_relaxed);
+    snap_damaged.store(replica->stats().service_damaged, std::memory_order_relaxed);
   }
 
   void on_message(NodeId from, Message&& m) {
@@ -193,6 +199,7 @@ struct ReplicaRuntime::Impl {
         .add("new_views_installed", st.new_views_installed)
         .add("state_transfers", st.state_transfers)
         .add("state_transfer_bytes", st.state_transfer_bytes)
+        .add("service_damaged", st.service_damaged)
         .add("rollbacks", st.rollbacks)
         .add("early_replies", st.early_replies)
         .add("open_batches_discarded", st.open_batches_discarded)
@@ -294,7 +301,7 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
   m.status_path = options.data_dir + "/status.json";
   if (std::string err = FileSnapshotStore::open(options.data_dir + "/snapshots", m.store); !err.empty()) return err;
   if (std::string err = check_service_identity(*m.store, options); !err.empty()) return err;
-  if (std::string err = make_service_stack(options.service, m.store.get(), options.shim,
+  if (std::string err = make_service_stack(options.service, m.store.get(), options.data_dir, options.shim,
                                            static_cast<std::uint32_t>(m.config.clients.size()), m.service);
       !err.empty()) {
     return err;
@@ -405,6 +412,9 @@ ReplicaSnapshot ReplicaRuntime::snapshot() const {
   s.last_committed = impl_->snap_committed.load(std::memory_order_relaxed);
   s.stable_checkpoint = impl_->snap_stable.load(std::memory_order_relaxed);
   s.in_view_change = impl_->snap_vc.load(std::memory_order_relaxed);
+  s.state_transfers = impl_->snap_transfers.load(std::memory_order_relaxed);
+  s.state_transfer_bytes = impl_->snap_transfer_bytes.load(std::memory_order_relaxed);
+  s.service_damaged = impl_->snap_damaged.load(std::memory_order_relaxed);
   s.running = impl_->snap_running.load(std::memory_order_relaxed);
   return s;
 }

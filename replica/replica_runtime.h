@@ -54,6 +54,9 @@ struct ReplicaSnapshot {
   std::uint64_t stable_checkpoint = 0;
   bool in_view_change = false;
   bool running = false;
+  std::uint64_t state_transfers = 0;       // ReplicaStats, for tests and benchmarks
+  std::uint64_t state_transfer_bytes = 0;
+  std::uint64_t service_damaged = 0;
 };
 
 class ReplicaRuntime {

@@ -19,10 +19,14 @@ struct ServiceStack {
   std::unique_ptr<Service> shim;  // null without the shim
   Service* top() const { return shim ? shim.get() : inner.get(); }
 };
-// Returns "" or an error (an unknown name). `clients` bounds the clients whose results the shim logs.
-[[nodiscard]] std::string make_service_stack(const std::string& name, SnapshotStore* store, bool with_shim,
-                                             std::uint32_t clients, ServiceStack& out);
-// "counter|null", for --help texts and errors.
+// Returns "" or an error (an unknown name, a data directory the service cannot use). `clients` bounds the
+// clients whose results the shim logs. `data_dir` (may be empty: state in memory) is the replica's data
+// directory: the file service keeps its state on disk in <data_dir>/fs (replica/disk_object_store.h); the
+// other services checkpoint through `store`.
+[[nodiscard]] std::string make_service_stack(const std::string& name, SnapshotStore* store,
+                                             const std::string& data_dir, bool with_shim, std::uint32_t clients,
+                                             ServiceStack& out);
+// "counter|null|fs", for --help texts and errors.
 const char* service_names();
 
 }  // namespace bftfs

@@ -507,6 +507,9 @@ struct Shim::Impl {
     persist(seq, Digest{}, parts);
     const CheckpointId inner_id = inner.checkpoint(seq);
     BFT_ASSERT(inner_id.seq == seq);
+    // The inner service found damaged storage and took nothing (protocol/service.h): neither does the shim. Its
+    // blob's other slot still names the inner service's durable checkpoint; the engine repairs by install.
+    if (inner_id.digest.is_zero()) return inner_id;
     const PartitionTree& inner_tree = inner.checkpoint_tree(seq);
     BFT_ASSERT(inner_tree.root() == inner_id.digest);
     PartitionTree tree = next_tree(latest(), inner_tree, parts);
@@ -682,6 +685,7 @@ void Shim::install_partition(std::uint64_t index, std::span<const std::uint8_t> 
   impl_->install_partition(index, data);
 }
 CheckpointId Shim::finish_install(std::uint64_t target_seq) { return impl_->finish_install(target_seq); }
+std::vector<std::uint64_t> Shim::damaged_partitions() const { return impl_->inner.damaged_partitions(); }
 
 std::optional<Digest> Shim::logged_digest(NodeId client, std::uint64_t request_id) const {
   const ClientLog* log = impl_->find_log(client);

@@ -112,6 +112,9 @@ class Shim final : public Service {
   void begin_install(std::uint64_t target_seq) override;
   void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
   CheckpointId finish_install(std::uint64_t target_seq) override;
+  // The inner service's (the shim's own partitions live in memory and are never damaged); the inner partition
+  // indices are the same in the shim's tree.
+  std::vector<std::uint64_t> damaged_partitions() const override;
 
   // ---- inspection (tests, simulator) ----
   // The digest logged for (client, request_id) in the current (possibly tentative) state, if any.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -17,7 +18,8 @@
 #include "common/assert.h"
 #include "common/codec.h"
 #include "common/log.h"
-#include "services/checkpoint_keeper_internal.h"
+#include "protocol/messages.h"
+#include "services/fs/checkpointed_store.h"
 #include "services/fs/object_store.h"
 
 namespace bftfs::fs {
@@ -287,58 +289,66 @@ struct FsService::Impl {
     Value old;  // null: the key was absent
   };
 
-  explicit Impl(SnapshotStore* snapshots, FsOptions o)
-      : opt(o), store(o.partitions), keeper("fs.ckpt", snapshots, initial_partitions(o)) {
+  Impl(std::unique_ptr<CheckpointedStore> owned, FsOptions o) : opt(o), owned_store(std::move(owned)),
+                                                                 store(*owned_store) {
     BFT_ASSERT(opt.partitions > 0);
     BFT_ASSERT(opt.inodes_max >= 1);
     BFT_ASSERT(opt.file_bytes_max <= (1ull << 62));  // offsets plus lengths never overflow
-    const std::string why = load_from(keeper.latest().parts);
-    if (!why.empty()) services_internal::fatal_snapshot(keeper.name(), why);
-    store.clear_dirty();
-    committed = keeper.latest().seq;
+    BFT_ASSERT(store.partition_count() == opt.partitions);
+    if (!store.has_checkpoint()) {
+      // A fresh store: the initial state (same on every replica) is checkpoint 0.
+      BFT_ASSERT(store.object_count() == 0);
+      put_initial_objects();
+      const std::optional<CheckpointId> id = store.checkpoint(0);
+      BFT_ASSERT(id.has_value());  // values written a moment ago by this process
+    }
+    recovered = store.latest();
+    // Every state has these two objects. Bytes that fail their checksum are not a reason to stop: the service
+    // starts damaged (damaged_partitions()) and the engine repairs it; an object that is simply absent is a bug.
+    const std::uint64_t corrupt_before = store.corrupt_reads();
+    const bool has_super = store.get(ObjectKey::super()) != nullptr;
+    const bool has_root = store.get(ObjectKey::inode(kRootIno)) != nullptr;
+    BFT_ASSERT((has_super && has_root) || store.corrupt_reads() != corrupt_before);
+    committed = recovered.seq;
     last_executed = committed;
   }
 
-  static std::vector<Bytes> initial_partitions(const FsOptions& o) {
-    MemoryObjectStore s(o.partitions);
+  void put_initial_objects() {
     Super sup{kRootIno + 1, 1, 0};
-    s.put(ObjectKey::super(), make_value(encode_super(sup)));
+    store.put(ObjectKey::super(), make_value(encode_super(sup)));
     Inode root;
     root.ino = kRootIno;
     root.generation = 1;
     root.type = FileType::kDirectory;
-    root.mode = o.root_mode & kModeBits;
+    root.mode = opt.root_mode & kModeBits;
     root.nlink = 2;
-    root.uid = o.root_uid;
-    root.gid = o.root_gid;
+    root.uid = opt.root_uid;
+    root.gid = opt.root_gid;
     root.parent = kRootIno;
     root.next_cookie = kFirstCookie;
-    s.put(ObjectKey::inode(kRootIno), make_value(encode_inode(root)));
-    std::vector<Bytes> parts;
-    parts.reserve(o.partitions);
-    for (std::uint64_t p = 0; p < o.partitions; ++p) parts.push_back(encode_partition(s, p));
-    return parts;
+    store.put(ObjectKey::inode(kRootIno), make_value(encode_inode(root)));
   }
 
-  // Replaces the store's content with `parts` (all partitions). "" or why they are not file-service state.
-  std::string load_from(const std::vector<services_internal::PartitionBytes>& parts) {
-    if (parts.size() != opt.partitions) return "partition count differs from the options";
-    for (std::uint64_t p = 0; p < parts.size(); ++p) {
-      std::vector<std::pair<ObjectKey, Value>> objects;
-      const std::string why = decode_partition(*parts[p], p, opt.partitions, value_ok, objects);
-      if (!why.empty()) return "partition " + std::to_string(p) + ": " + why;
-      store.replace_partition(p, std::move(objects));
-    }
-    if (store.get(ObjectKey::super()) == nullptr) return "no superblock";
-    if (store.get(ObjectKey::inode(kRootIno)) == nullptr) return "no root directory";
-    return "";
+  // ---- reads (verified by the store) ----
+
+  // Thrown by get() when the store's bytes failed their checksum: the request stops at once (its changes are
+  // undone) and nothing computed from the bad bytes is used; the engine learns of the damage through
+  // damaged_partitions() and never sends this replica's result. An exception because a corrupt read can happen
+  // under any of the dozens of reads of an op, and every one of them would otherwise need an error path that
+  // correct execution never takes.
+  struct CorruptRead {};
+  Value get(const ObjectKey& k) const {
+    const std::uint64_t before = store.corrupt_reads();
+    Value v = store.get(k);
+    if (store.corrupt_reads() != before) throw CorruptRead{};
+    return v;
   }
 
   // ---- mutation with undo ----
 
   void record(const ObjectKey& k) {
     BFT_ASSERT(mutating);  // read-only execution never mutates
-    if (touched.insert(k).second) undo.push_back(UndoRec{cur_seq, k, store.get(k)});
+    if (touched.insert(k).second) undo.push_back(UndoRec{cur_seq, k, get(k)});
   }
   void put(const ObjectKey& k, Value v) {
     record(k);
@@ -365,7 +375,7 @@ struct FsService::Impl {
 
   Super load_super() const {
     Super s;
-    const Value v = store.get(ObjectKey::super());
+    const Value v = get(ObjectKey::super());
     BFT_ASSERT(v != nullptr);  // present from the start; installs are checked for it
     const bool decoded = decode_super(*v, s);
     BFT_ASSERT(decoded);  // every value was validated when it entered the store
@@ -375,7 +385,7 @@ struct FsService::Impl {
 
   // ESTALE when there is no such inode; EIO if its value does not decode (cannot happen: installs validate).
   std::uint32_t load_inode(std::uint64_t ino, Inode& n) const {
-    const Value v = store.get(ObjectKey::inode(ino));
+    const Value v = get(ObjectKey::inode(ino));
     if (v == nullptr) return err::kStale;
     if (!decode_inode(*v, n)) return err::kIo;
     n.ino = ino;
@@ -407,7 +417,7 @@ struct FsService::Impl {
 
   // kOk and the record, kNoEnt, or kIo.
   std::uint32_t find_entry(std::uint64_t dir, const std::string& name, NameRec& out) const {
-    const Value v = store.get(ObjectKey::dir_name(dir, name));
+    const Value v = get(ObjectKey::dir_name(dir, name));
     if (v == nullptr) return err::kNoEnt;
     if (!decode_name_rec(*v, out)) return err::kIo;
     return err::kOk;
@@ -438,7 +448,7 @@ struct FsService::Impl {
     const std::optional<ObjectKey> k = store.first_at_or_after(ObjectKey::free_ino(0));
     if (k.has_value() && k->ino == 0 && k->kind == Kind::kFree) {
       std::uint64_t last = 0;
-      const bool decoded = decode_u64(*store.get(*k), last);
+      const bool decoded = decode_u64(*get(*k), last);
       BFT_ASSERT(decoded);
       ino = k->index;
       gen = last + 1;
@@ -480,7 +490,7 @@ struct FsService::Impl {
     for (;;) {
       const std::optional<ObjectKey> k = store.first_at_or_after(ObjectKey::data(n.ino, first));
       if (!k.has_value() || k->ino != n.ino || k->kind != Kind::kData) break;
-      const std::uint64_t bytes = store.get(*k)->size();
+      const std::uint64_t bytes = get(*k)->size();
       BFT_ASSERT(n.stored_bytes >= bytes);
       n.stored_bytes -= bytes;
       erase(*k);
@@ -519,7 +529,7 @@ struct FsService::Impl {
       const std::uint64_t keep = size % kBlockBytes;
       if (keep != 0) {
         const ObjectKey k = ObjectKey::data(n.ino, size / kBlockBytes);
-        const Value v = store.get(k);
+        const Value v = get(k);
         if (v != nullptr && v->size() > keep) {
           n.stored_bytes -= v->size() - keep;
           put(k, Bytes(v->begin(), v->begin() + static_cast<std::ptrdiff_t>(keep)));
@@ -631,7 +641,7 @@ struct FsService::Impl {
       const std::uint64_t block = pos / kBlockBytes;
       const std::uint64_t in = pos % kBlockBytes;
       const std::uint64_t chunk = std::min<std::uint64_t>(kBlockBytes - in, end - pos);
-      const Value v = store.get(ObjectKey::data(n.ino, block));
+      const Value v = get(ObjectKey::data(n.ino, block));
       if (v != nullptr && v->size() > in) {
         const std::uint64_t have = std::min<std::uint64_t>(chunk, v->size() - in);
         std::memcpy(out.data.data() + (pos - op.offset), v->data() + in, have);
@@ -662,13 +672,13 @@ struct FsService::Impl {
     const std::uint64_t last = (end - 1) / kBlockBytes;
     std::uint64_t fresh = 0;
     for (std::uint64_t b = first; b <= last; ++b) {
-      if (store.get(ObjectKey::data(n.ino, b)) == nullptr) ++fresh;
+      if (get(ObjectKey::data(n.ino, b)) == nullptr) ++fresh;
     }
     Super s = load_super();
     if (s.used_blocks + fresh > capacity_blocks()) return err::kNoSpc;
     for (std::uint64_t b = first; b <= last; ++b) {
       const ObjectKey k = ObjectKey::data(n.ino, b);
-      const Value old = store.get(k);
+      const Value old = get(k);
       Bytes block = old != nullptr ? *old : Bytes{};
       const std::uint64_t base = b * kBlockBytes;
       const std::uint64_t from = std::max(offset, base) - base;
@@ -921,7 +931,7 @@ struct FsService::Impl {
         break;
       }
       EntryRec er;
-      if (!decode_entry_rec(*store.get(*k), er)) return err::kIo;
+      if (!decode_entry_rec(*get(*k), er)) return err::kIo;
       out.entries.push_back(DirEntry{k->index, er.ino, er.type, std::move(er.name), Attr{}});
       from = k->index + 1;
     }
@@ -989,8 +999,27 @@ struct FsService::Impl {
 
   // Runs a decoded request all or nothing (docs/FILESERVICE.md §1, §4).
   Result run_request(const Request& req) {
-    Result res;
     const std::size_t request_mark = undo.size();
+    try {
+      return run_ops(req, request_mark);
+    } catch (const CorruptRead&) {
+      // Never returned (the engine checks damaged_partitions() after every execution), but defined: EIO.
+      restore_to(request_mark);
+      touched.clear();
+      overflow = false;
+      Result res;
+      res.outcome = Outcome::kOpFailed;
+      res.stop = 0;
+      OpResult r;
+      r.code = req.ops.front().code;
+      r.err = err::kIo;
+      res.results.push_back(std::move(r));
+      return res;
+    }
+  }
+
+  Result run_ops(const Request& req, std::size_t request_mark) {
+    Result res;
     for (std::size_t i = 0; i < req.ops.size(); ++i) {
       const Op& op = req.ops[i];
       OpResult r;
@@ -1029,7 +1058,7 @@ struct FsService::Impl {
   }
 
   Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> bytes) {
-    BFT_ASSERT(!keeper.installing());
+    BFT_ASSERT(!installing);
     BFT_ASSERT(ctx.seq >= last_executed);  // batches execute in order (several requests share a seq)
     last_executed = ctx.seq;
     Request req;
@@ -1050,15 +1079,17 @@ struct FsService::Impl {
   }
 
   bool execute_read_only(std::span<const std::uint8_t> bytes, Bytes& result) {
-    BFT_ASSERT(!keeper.installing());
+    BFT_ASSERT(!installing);
+    if (!store.corrupt_partitions().empty()) return false;  // nothing is answered from a damaged store
     Request req;
     if (decode_request(bytes, req) != FsDecodeError::kOk) return false;
     for (const Op& op : req.ops) {
       if (!is_read_only(op.code)) return false;
     }
     BFT_ASSERT(!mutating);
+    const std::uint64_t corrupt_before = store.corrupt_reads();
     result = encode_checked(run_request(req));
-    return true;
+    return store.corrupt_reads() == corrupt_before;
   }
 
   // O(1) checks after every request (the full walk is check_invariants(), for tests).
@@ -1078,7 +1109,7 @@ struct FsService::Impl {
   }
 
   void rollback_to(std::uint64_t seq) {
-    BFT_ASSERT(!keeper.installing());
+    BFT_ASSERT(!installing);
     BFT_ASSERT(seq >= committed);
     std::size_t keep = undo.size();
     while (keep > 0 && undo[keep - 1].seq > seq) --keep;
@@ -1087,66 +1118,86 @@ struct FsService::Impl {
   }
 
   CheckpointId checkpoint(std::uint64_t seq) {
-    BFT_ASSERT(!keeper.installing());
+    BFT_ASSERT(!installing);
     BFT_ASSERT(last_executed <= seq);
     commit_through(seq);
-    std::map<std::uint64_t, Bytes> changed;
-    for (std::uint64_t p : store.dirty()) changed.emplace(p, encode_partition(store, p));
-    store.clear_dirty();
-    return keeper.take(seq, std::move(changed));
+    // Damage found earlier (say, by a peer's fetch) and not yet repaired: take nothing either, so that the
+    // store's newest checkpoint stays the engine's newest (the base its repair diffs against).
+    if (!store.corrupt_partitions().empty()) return CheckpointId{seq, Digest{}};
+    const std::optional<CheckpointId> id = store.checkpoint(seq);
+    if (!id.has_value()) return CheckpointId{seq, Digest{}};  // damaged (protocol/service.h): nothing taken
+    return *id;
+  }
+
+  void begin_install() {
+    BFT_ASSERT(!installing);
+    installing = true;
+    install_error.clear();
+    staged_super = staged_root = std::nullopt;
+    store.begin_install();
+  }
+
+  // Decodes and validates one fetched partition (the digest only proves a peer had these bytes, not that they
+  // are file-service state) and stages it. The first error is the one reported by finish_install.
+  void install_partition(std::uint64_t p, std::span<const std::uint8_t> data) {
+    BFT_ASSERT(installing);
+    if (!install_error.empty()) return;
+    if (p >= opt.partitions) {
+      install_error = "partition index " + std::to_string(p) + " out of range";
+      return;
+    }
+    if (data.size() > kPartitionBytesMax) {
+      install_error = "partition " + std::to_string(p) + " over kPartitionBytesMax";
+      return;
+    }
+    std::vector<std::pair<ObjectKey, Value>> objects;
+    const std::string e = decode_partition(data, p, opt.partitions, value_ok, objects);
+    if (!e.empty()) {
+      install_error = "partition " + std::to_string(p) + ": " + e;
+      return;
+    }
+    const auto has = [&](const ObjectKey& k) {
+      return std::any_of(objects.begin(), objects.end(), [&](const auto& kv) { return kv.first == k; });
+    };
+    if (p == partition_of(ObjectKey::super(), opt.partitions)) staged_super = has(ObjectKey::super());
+    if (p == partition_of(ObjectKey::inode(kRootIno), opt.partitions)) staged_root = has(ObjectKey::inode(kRootIno));
+    store.stage_partition(p, std::move(objects));
   }
 
   CheckpointId finish_install(std::uint64_t target_seq) {
-    BFT_ASSERT(keeper.installing());
-    // Reload every partition that was fetched, and every partition this replica changed since the install
-    // base (its own tentative or uncheckpointed changes are discarded). Decode all of them before touching
-    // the store, so a rejected install leaves the state as it was.
-    std::set<std::uint64_t> reload = installed;
-    reload.insert(store.dirty().begin(), store.dirty().end());
-    std::string why = keeper.install_error();
-    std::map<std::uint64_t, std::vector<std::pair<ObjectKey, Value>>> decoded;
-    for (std::uint64_t p : reload) {
-      if (!why.empty()) break;
-      std::vector<std::pair<ObjectKey, Value>> objects;
-      const std::string e = decode_partition(*keeper.staging()[p], p, opt.partitions, value_ok, objects);
-      if (!e.empty()) why = "partition " + std::to_string(p) + ": " + e;
-      decoded.emplace(p, std::move(objects));
+    BFT_ASSERT(installing);
+    installing = false;
+    // A partition not fetched is the base checkpoint's, which has both (every state has them).
+    if (install_error.empty() && (staged_super == false || staged_root == false)) {
+      install_error = "the superblock or the root directory is missing";
     }
-    for (const ObjectKey& k : {ObjectKey::super(), ObjectKey::inode(kRootIno)}) {
-      if (!why.empty()) break;
-      const std::uint64_t p = partition_of(k, opt.partitions);
-      auto it = decoded.find(p);
-      const bool present = it == decoded.end()
-                               ? store.get(k) != nullptr
-                               : std::any_of(it->second.begin(), it->second.end(),
-                                             [&](const auto& kv) { return kv.first == k; });
-      if (!present) why = "the superblock or the root directory is missing";
-    }
-    if (!why.empty()) {
+    if (!install_error.empty()) {
       LOG_WARN("", "fs install of checkpoint %llu rejected: %s", static_cast<unsigned long long>(target_seq),
-               why.c_str());
-      keeper.abort_install();
-      installed.clear();
+               install_error.c_str());
+      store.abort_install();
       return CheckpointId{target_seq, Digest{}};
     }
-    for (auto& [p, objects] : decoded) store.replace_partition(p, std::move(objects));
-    store.clear_dirty();
+    const CheckpointId id = store.finish_install(target_seq);  // this replica's changes since the base are gone
     undo.clear();
     touched.clear();
-    installed.clear();
     committed = target_seq;
     last_executed = target_seq;
-    return keeper.finish_install(target_seq);
+    return id;
   }
 
   std::string check_invariants() const;
 
   FsOptions opt;
-  MemoryObjectStore store;
-  services_internal::CheckpointKeeper keeper;
+  std::unique_ptr<CheckpointedStore> owned_store;
+  CheckpointedStore& store;
+  CheckpointId recovered;
   std::vector<UndoRec> undo;       // changes after `committed`, in execution order
   std::set<ObjectKey> touched;     // keys with an undo record in the current op
-  std::set<std::uint64_t> installed;  // partitions staged by the current install
+  bool installing = false;
+  std::string install_error;
+  // Whether a staged partition holding the superblock (root inode) holds it; nullopt if not staged.
+  std::optional<bool> staged_super;
+  std::optional<bool> staged_root;
   bool mutating = false;
   bool overflow = false;
   std::uint64_t cur_seq = 0;
@@ -1246,7 +1297,10 @@ std::string FsService::Impl::check_invariants() const {
   return "";
 }
 
-FsService::FsService(SnapshotStore* store, FsOptions options) : impl_(std::make_unique<Impl>(store, options)) {}
+FsService::FsService(SnapshotStore* store, FsOptions options)
+    : FsService(std::make_unique<MemoryCheckpointedStore>(store, options.partitions), options) {}
+FsService::FsService(std::unique_ptr<CheckpointedStore> store, FsOptions options)
+    : impl_(std::make_unique<Impl>(std::move(store), options)) {}
 FsService::~FsService() = default;
 
 Bytes FsService::execute(const ExecContext& ctx, std::span<const std::uint8_t> op) { return impl_->execute(ctx, op); }
@@ -1257,27 +1311,26 @@ bool FsService::execute_read_only(NodeId client, std::span<const std::uint8_t> o
 void FsService::commit_through(std::uint64_t seq) { impl_->commit_through(seq); }
 void FsService::rollback_to(std::uint64_t seq) { impl_->rollback_to(seq); }
 CheckpointId FsService::checkpoint(std::uint64_t seq) { return impl_->checkpoint(seq); }
-void FsService::discard_checkpoints_below(std::uint64_t seq) { impl_->keeper.discard_below(seq); }
-CheckpointId FsService::recovered_checkpoint() const { return impl_->keeper.recovered(); }
+void FsService::discard_checkpoints_below(std::uint64_t seq) { impl_->store.discard_below(seq); }
+CheckpointId FsService::recovered_checkpoint() const { return impl_->recovered; }
 std::uint64_t FsService::partition_count() const { return impl_->opt.partitions; }
-const PartitionTree& FsService::checkpoint_tree(std::uint64_t seq) const { return impl_->keeper.retained(seq).tree; }
+const PartitionTree& FsService::checkpoint_tree(std::uint64_t seq) const { return impl_->store.tree(seq); }
 Bytes FsService::read_partition(std::uint64_t seq, std::uint64_t index) const {
-  const auto& snap = impl_->keeper.retained(seq);
-  BFT_ASSERT(index < snap.parts.size());
-  return *snap.parts[index];
+  BFT_ASSERT(index < impl_->opt.partitions);
+  return impl_->store.read_partition(seq, index);
 }
 void FsService::begin_install(std::uint64_t target_seq) {
-  (void)target_seq;  // the base is the newest checkpoint (CheckpointKeeper::begin_install)
-  BFT_ASSERT(!impl_->keeper.installing());
-  impl_->keeper.begin_install();
-  impl_->installed.clear();
+  (void)target_seq;  // the base is the store's newest checkpoint
+  impl_->begin_install();
 }
 void FsService::install_partition(std::uint64_t index, std::span<const std::uint8_t> data) {
-  BFT_ASSERT(impl_->keeper.installing());
-  impl_->keeper.stage(index, data);
-  if (index < impl_->opt.partitions) impl_->installed.insert(index);
+  impl_->install_partition(index, data);
 }
 CheckpointId FsService::finish_install(std::uint64_t target_seq) { return impl_->finish_install(target_seq); }
+std::vector<std::uint64_t> FsService::damaged_partitions() const {
+  const auto& c = impl_->store.corrupt_partitions();
+  return {c.begin(), c.end()};
+}
 
 std::string FsService::check_invariants() const { return impl_->check_invariants(); }
 std::uint64_t FsService::undo_records() const { return impl_->undo.size(); }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "protocol/service.h"
+#include "services/fs/checkpointed_store.h"
 #include "services/fs/fs_codec.h"
 
 namespace bftfs::fs {
@@ -32,9 +33,12 @@ struct FsOptions {
 
 class FsService final : public Service {
  public:
-  // `store` may be null (no durability). If it holds a snapshot ("fs.ckpt"), the service starts from it (and
-  // stops the process if it is unusable, like the counter).
+  // State in memory (MemoryCheckpointedStore): `store` may be null (no durability). If it holds a snapshot
+  // ("fs.ckpt"), the service starts from it (and stops the process if it is unusable, like the counter).
   FsService(SnapshotStore* store, FsOptions options = {});
+  // State in `store` (e.g. the replica's DiskObjectStore), which must have options.partitions partitions. A store
+  // without a checkpoint gets the initial state as checkpoint 0; otherwise the service starts from its latest.
+  FsService(std::unique_ptr<CheckpointedStore> store, FsOptions options);
   ~FsService() override;
   FsService(const FsService&) = delete;
   FsService& operator=(const FsService&) = delete;
@@ -58,6 +62,9 @@ class FsService final : public Service {
   void begin_install(std::uint64_t target_seq) override;
   void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
   CheckpointId finish_install(std::uint64_t target_seq) override;
+  // The store's corrupt partitions. A request that read corrupt bytes is undone and answered EIO, which the
+  // engine never sends; execute_read_only answers nothing once any partition is corrupt.
+  std::vector<std::uint64_t> damaged_partitions() const override;
 
   // ---- inspection (tests, simulator) ----
   // "" if the whole state is consistent (link counts, entry pairs, parents, usage counters, sizes), else the

@@ -122,6 +122,22 @@ Bytes encode_partition(const ObjectStore& store, std::uint64_t p) {
   return out;
 }
 
+Bytes encode_objects(const std::vector<std::pair<ObjectKey, Value>>& objects) {
+  BFT_ASSERT(objects.size() <= UINT32_MAX);
+  Bytes out;
+  ByteWriter w(out);
+  w.u32(static_cast<std::uint32_t>(objects.size()));
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    BFT_ASSERT(i == 0 || objects[i - 1].first < objects[i].first);
+    BFT_ASSERT(objects[i].second != nullptr);
+    encode_key(objects[i].first, out);
+    w.blob(*objects[i].second);
+  }
+  return out;
+}
+
+Bytes empty_partition_bytes() { return Bytes(kEmptyPartitionBytes, 0); }
+
 std::string decode_partition(std::span<const std::uint8_t> bytes, std::uint64_t p, std::uint64_t partitions,
                              const std::function<bool(const ObjectKey&, const Bytes&)>& value_ok,
                              std::vector<std::pair<ObjectKey, Value>>& out) {

@@ -1,9 +1,9 @@
 // The file service's state as objects (docs/FILESERVICE.md §3): keys, the store interface every object access
 // goes through, the in-memory store, and the canonical encoding of a partition.
 //
-// The store is where "state larger than memory" will be solved: the service only ever calls ObjectStore, so a
-// disk-backed store with checksums kept apart from the data (§6) replaces MemoryObjectStore without touching
-// the semantics.
+// The service reaches state only through ObjectStore (and its checkpoints through CheckpointedStore,
+// services/fs/checkpointed_store.h), so the disk-backed store of the replica (replica/disk_object_store.h, §6)
+// replaces the in-memory one without touching the semantics.
 #pragma once
 
 #include <compare>
@@ -79,11 +79,6 @@ class ObjectStore {
                                      const std::function<void(const ObjectKey&, const Value&)>& fn) const = 0;
   // Encoded size of partition `p` (what encode_partition would return), tracked incrementally.
   virtual std::uint64_t partition_bytes(std::uint64_t p) const = 0;
-  // Replaces every object of partition `p` with `objects` (each must belong to p). Marks p dirty.
-  virtual void replace_partition(std::uint64_t p, std::vector<std::pair<ObjectKey, Value>> objects) = 0;
-  // Partitions changed since the last clear_dirty().
-  virtual const std::set<std::uint64_t>& dirty() const = 0;
-  virtual void clear_dirty() = 0;
   // Number of objects (tests, invariants).
   virtual std::uint64_t object_count() const = 0;
 };
@@ -103,10 +98,12 @@ class MemoryObjectStore final : public ObjectStore {
   void for_each_in_partition(std::uint64_t p,
                              const std::function<void(const ObjectKey&, const Value&)>& fn) const override;
   std::uint64_t partition_bytes(std::uint64_t p) const override { return part_bytes_[p]; }
-  void replace_partition(std::uint64_t p, std::vector<std::pair<ObjectKey, Value>> objects) override;
-  const std::set<std::uint64_t>& dirty() const override { return dirty_; }
-  void clear_dirty() override { dirty_.clear(); }
   std::uint64_t object_count() const override { return objects_.size(); }
+  // Replaces every object of partition `p` with `objects` (each must belong to p). Marks p dirty.
+  void replace_partition(std::uint64_t p, std::vector<std::pair<ObjectKey, Value>> objects);
+  // Partitions changed since the last clear_dirty().
+  const std::set<std::uint64_t>& dirty() const { return dirty_; }
+  void clear_dirty() { dirty_.clear(); }
 
  private:
   struct Slot {
@@ -122,6 +119,10 @@ class MemoryObjectStore final : public ObjectStore {
 
 // Canonical partition bytes: u32 count || count * (key || u32 len || value), keys strictly increasing.
 Bytes encode_partition(const ObjectStore& store, std::uint64_t p);
+// The same encoding of `objects` (strictly increasing keys of one partition; asserted).
+Bytes encode_objects(const std::vector<std::pair<ObjectKey, Value>>& objects);
+// The bytes of an empty partition.
+Bytes empty_partition_bytes();
 // Accepts only the canonical encoding of partition `p` of `partitions` whose values pass `value_ok`; returns ""
 // and fills `out`, or the reason.
 std::string decode_partition(std::span<const std::uint8_t> bytes, std::uint64_t p, std::uint64_t partitions,

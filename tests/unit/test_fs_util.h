@@ -225,6 +225,8 @@ inline FsOptions small_options() {
 
 struct Harness {
   explicit Harness(FsOptions o = small_options(), SnapshotStore* snaps = nullptr) : svc(snaps, o) {}
+  // Over a given store (the replica's disk store in test_fs_disk_store.cc).
+  Harness(std::unique_ptr<CheckpointedStore> store, FsOptions o) : svc(std::move(store), o) {}
 
   Result run(const std::vector<Op>& ops) {
     Request req{ops};
@@ -271,5 +273,94 @@ struct Harness {
   std::uint64_t time_ns = 1'000'000;
   Bytes last_bytes;
 };
+
+// A random workload over a small namespace, with several users: every op kind, successes and failures. It
+// draws handles from those the service returned so far (as a client would), so most ops meet real objects.
+class Workload {
+ public:
+  explicit Workload(std::uint64_t seed) : prng_(seed) {}
+
+  std::vector<Op> next() {
+    static const std::vector<std::string> names = {"a", "b", "c", "d", "e", "f"};
+    const Cred creds[] = {root_cred(), root_cred(), user(1000, 100), user(1001, 100), user(1002, 200, {100})};
+    const auto name = [&] { return names[prng_.below(names.size())]; };
+    std::vector<Op> ops;
+    const std::size_t n = prng_.range(1, 3);
+    for (std::size_t i = 0; i < n; ++i) {
+      // A directory or a file the client knows (sometimes the other kind, a result reference or a stale one).
+      const auto handle = [&](bool dir) {
+        if (i > 0 && prng_.chance(1, 6)) return Handle::result_of(static_cast<std::uint8_t>(prng_.below(i)));
+        if (prng_.chance(1, 30)) return Handle::of(prng_.range(1, 12), prng_.range(1, 3));
+        if (prng_.chance(1, 15)) dir = !dir;
+        const std::vector<Handle>& pool = dir || files_.empty() ? dirs_ : files_;
+        return pool[prng_.below(pool.size())];
+      };
+      const Cred c = creds[prng_.below(5)];
+      const Handle d = handle(true);
+      const Handle d2 = handle(true);
+      const Handle f = handle(false);
+      const std::string n1 = name();
+      const std::string n2 = name();
+      const std::uint64_t offset = prng_.below(300000);
+      const std::uint64_t length = prng_.range(1, 70000);
+      const auto fill = static_cast<std::uint8_t>(prng_.next());
+      Op op;
+      switch (prng_.below(18)) {
+        case 0: op = lookup(d, n1, c); break;
+        case 1: op = getattr(f, c); break;
+        case 2: op = chmod(prng_.chance(1, 2) ? f : d, static_cast<std::uint32_t>(prng_.below(010000)), c); break;
+        case 3: op = read(f, offset, static_cast<std::uint32_t>(length), c); break;
+        case 4:
+        case 5: op = write(f, offset, Bytes(length, fill), c); break;
+        case 6: op = create(d, n1, static_cast<std::uint32_t>(prng_.below(01000)), prng_.chance(1, 2), c); break;
+        case 7: op = remove(d, n1, c); break;
+        case 8: op = mkdir(d, n1, 0777, c); break;
+        case 9: op = rmdir(d, n1, c); break;
+        case 10: op = rename(d, n1, d2, n2, c); break;
+        case 11: op = link(f, d2, n1, c); break;
+        case 12: op = symlink(d, n1, "t" + n2, c); break;
+        case 13: op = readdir(d, prng_.below(8), static_cast<std::uint32_t>(prng_.range(1, 5)), c); break;
+        case 14: op = truncate(f, offset, c); break;
+        case 15: op = chown(f, 1000 + static_cast<std::uint32_t>(prng_.below(3)), 100, c); break;
+        case 16: op = mknod(d, n1, static_cast<FileType>(prng_.range(4, 7)), 0644, length, c); break;
+        default: op = statfs(d, c); break;
+      }
+      if (op.code == OpCode::kReaddir && prng_.chance(1, 2)) op.code = OpCode::kReaddirPlus;
+      if (op.code == OpCode::kWrite && prng_.chance(1, 4)) {
+        op.append = true;
+        op.offset = 0;
+      }
+      if (op.code == OpCode::kStatfs && prng_.chance(1, 2)) {
+        op = access(f, static_cast<std::uint8_t>(prng_.below(8)), c);
+      }
+      if (prng_.chance(1, 10)) op = expecting_errno(op, prng_.chance(1, 2) ? err::kOk : err::kNoEnt);
+      ops.push_back(op);
+    }
+    return ops;
+  }
+
+  // Remembers the handles a result returned (at most 20 of each kind, replacing at random).
+  void learn(const Result& r) {
+    for (const OpResult& res : r.results) {
+      if (res.err != err::kOk || !returns_attr(res.code)) continue;
+      if (res.attr.type != FileType::kDirectory && res.attr.type != FileType::kRegular) continue;
+      std::vector<Handle>& pool = res.attr.type == FileType::kDirectory ? dirs_ : files_;
+      if (pool.size() < 20) {
+        pool.push_back(res.attr.handle());
+      } else {
+        pool[prng_.below(pool.size())] = res.attr.handle();
+      }
+    }
+  }
+
+  // Runs one request on `h` and learns from it.
+  void step(Harness& h) { learn(h.run(next())); }
+
+ private:
+  Prng prng_;
+  std::vector<Handle> dirs_{kRoot};
+  std::vector<Handle> files_;
+};
+
 
 }  // namespace fstest
