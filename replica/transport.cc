@@ -2,6 +2,7 @@
 #include "replica/transport.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <event2/buffer.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -311,6 +312,19 @@ void Transport::read_frames(Conn* c) {
       return;
     }
     if (avail < len) return;  // the rest of the frame has not arrived yet
+    if (filter_) {
+      // Header fields at their wire offsets (protocol/wire.h): type at 5, sender at 8, seq at 24.
+      std::uint32_t sender = 0;
+      std::uint64_t seq = 0;
+      std::memcpy(&sender, head + 8, sizeof sender);
+      std::memcpy(&seq, head + 24, sizeof seq);
+      if (!filter_(static_cast<MsgType>(head[5]), le32toh(sender), le64toh(seq))) {
+        evbuffer_drain(in, len);
+        ++stats_.frames_skipped;
+        stats_.bytes_received += len;
+        continue;
+      }
+    }
     const std::uint8_t* frame = evbuffer_pullup(in, static_cast<ev_ssize_t>(len));
     BFT_ASSERT(frame != nullptr);
     Decoded d = decode_frame(std::span<const std::uint8_t>(frame, len), n_, crypto_);

@@ -95,6 +95,7 @@ struct TransportStats {
   std::uint64_t closed_too_many_rejects = 0;
   std::uint64_t closed_slow_peer = 0;     // output cap exceeded
   std::uint64_t frames_rejected = 0;      // sum of rejects_by_reason
+  std::uint64_t frames_skipped = 0;       // dropped unread by the frame filter (see set_frame_filter)
   std::uint64_t sends_dropped_no_connection = 0;
   std::uint64_t hellos_received = 0;
   std::uint64_t frames_parked = 0;        // held for a node without a connection (see Parking)
@@ -111,6 +112,10 @@ class Transport {
  public:
   // Called for every authenticated, well-formed message, in arrival order per connection.
   using OnMessage = std::function<void(NodeId from, Message&& message)>;
+  // Asked, before authentication, about every complete frame whose header parsed: false drops the frame unread
+  // (counted in frames_skipped). The header is not authenticated, so a filter may only say false for frames
+  // whose authentic version its receiver would drop anyway (a client: replies to requests it completed).
+  using FrameFilter = std::function<bool(MsgType type, NodeId sender, std::uint64_t seq)>;
 
   // `n` is the number of replicas (decode_frame needs it). `crypto.self()` is this node. `base` and `crypto`
   // must outlive the transport.
@@ -141,6 +146,9 @@ class Transport {
   // one system call per connection at uncork() (the runtimes cork around each flush). Not nestable.
   void cork();
   void uncork();
+
+  // Installs the filter above (none by default).
+  void set_frame_filter(FrameFilter filter) { filter_ = std::move(filter); }
 
   // True if an outgoing connection to `peer` is established.
   bool connected(NodeId peer) const;
@@ -178,6 +186,7 @@ class Transport {
   NodeId self_;
   TransportOptions options_;
   OnMessage on_message_;
+  FrameFilter filter_;
   Prng prng_;
   ListenerPtr listener_;
   std::uint64_t next_conn_id_ = 1;
