@@ -30,6 +30,7 @@ namespace bftfs {
 namespace {
 
 constexpr std::uint64_t kTickCatchUpMax = 100;
+constexpr std::uint32_t kTickTimerPeriods = 5;
 
 timeval ms_to_tv(std::uint32_t ms) {
   return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
@@ -571,7 +572,10 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
 
 void ReplicaRuntime::run() {
   Impl& m = *impl_;
-  const timeval tick = ms_to_tv(m.options.tick_ms);
+  // The timer wakes every kTickTimerPeriods ticks and on_tick() delivers every tick that elapsed: the core's
+  // timeouts are tens to hundreds of ticks, so they keep their meaning, and four idle wake-ups in five are saved
+  // (four replicas and the clients share two cores, where every wake-up costs).
+  const timeval tick = ms_to_tv(m.options.tick_ms * kTickTimerPeriods);
   const timeval status = ms_to_tv(m.options.status_interval_ms);
   BFT_ASSERT(event_add(m.tick_ev.get(), &tick) == 0);
   BFT_ASSERT(event_add(m.status_ev.get(), &status) == 0);
