@@ -150,6 +150,19 @@ class Transport {
   // Installs the filter above (none by default).
   void set_frame_filter(FrameFilter filter) { filter_ = std::move(filter); }
 
+  // Multiplexing (several clients of one process over one connection per replica): a further local identity.
+  // A frame whose header names `crypto->self()` as its receiver is authenticated with that identity's keys,
+  // filtered by its filter and delivered to its callback; a Request whose client is that identity is sealed
+  // with its keys (send()). With send_hello the identity binds itself on every outgoing connection, now and
+  // after every reconnect, so a replica answers it over the shared connection (the replica side needs nothing:
+  // it binds each client id to the connection its frames arrived on). The transport's own identity (the
+  // constructor's crypto) may be added too, to give it a removable callback. `crypto` is kept alive by the
+  // transport while the identity is registered.
+  void add_identity(std::shared_ptr<const Crypto> crypto, OnMessage on_message, FrameFilter filter);
+  // Frames for `id` are dropped from now on (those of the transport's own identity go to the constructor's
+  // callback again). Safe to call from that identity's own callback.
+  void remove_identity(NodeId id);
+
   // True if an outgoing connection to `peer` is established.
   bool connected(NodeId peer) const;
   std::size_t connection_count() const { return conns_.size(); }
@@ -187,6 +200,14 @@ class Transport {
   TransportOptions options_;
   OnMessage on_message_;
   FrameFilter filter_;
+  struct Identity {
+    std::shared_ptr<const Crypto> crypto;
+    OnMessage on_message;
+    FrameFilter filter;
+  };
+  std::map<NodeId, std::shared_ptr<Identity>> identities_;  // further local identities (multiplexing)
+  void send_with(const Crypto& crypto, const Send& s);
+  void write_hello(Conn* c, const Crypto& crypto);
   Prng prng_;
   ListenerPtr listener_;
   std::uint64_t next_conn_id_ = 1;
