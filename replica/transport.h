@@ -4,7 +4,9 @@
 // jittered exponential backoff when it fails) and accepts connections on its listening address (listen()).
 // Replicas send to replicas over their own outgoing connections; a replica answers a client over the
 // connection that client opened: the client id is bound to a connection once an authenticated frame from that
-// client arrived on it (the latest such connection wins, so a reconnecting client is followed).
+// client arrived on it (the latest such connection wins, so a reconnecting client is followed). One connection
+// may carry several clients (a client process multiplexing its clients, add_identity): each is bound by its
+// own frames, and closing the connection unbinds them all.
 //
 // Hello: a client (send_hello) starts every outgoing connection with one authenticated "hello" frame, a
 // Request with request_id 0 and an empty operation. The receiving transport binds the connection to the
