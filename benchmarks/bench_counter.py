@@ -274,6 +274,13 @@ def main() -> int:
         replicas=4,
         f=1,
         transport="TCP on 127.0.0.1",
+        transport_sharing=("the same client library and transport for every system: the K closed-loop clients of "
+                           "the one client process share one connection per replica (PBFT) or to the server "
+                           "(NO-REP), each with its own keys; servers send each loop pass's frames for one "
+                           "connection with one system call"),
+        replica_log=("group commit on a sync thread: PRE-PREPARE, PREPARE, STATUS and fetches leave while a "
+                     "group is being written; COMMIT, CHECKPOINT, view-change messages and replies wait until "
+                     "the records before them are durable (protocol/effects.h send_waits_for_log)"),
         replicas_fsync="yes (fdatasync of the write-ahead log) for pbft and pbft_nobatch; no for pbft_nofsync",
         norep_durable=bool(norep_args),
         note=("seq2000_ms is the total time of the sequential run whatever its length "

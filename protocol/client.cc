@@ -370,6 +370,10 @@ std::vector<Completion> Client::take_completions() { return std::exchange(impl_-
 std::vector<FirstReply> Client::take_first_replies() { return std::exchange(impl_->first_replies, {}); }
 
 std::size_t Client::in_flight() const { return impl_->requests.size(); }
+bool Client::wants_reply(std::uint64_t wire_request_id) const {
+  const bool issued = wire_request_id >= impl_->opt.first_request_id && wire_request_id < impl_->next_id;
+  return !issued || impl_->requests.count(wire_request_id) != 0;
+}
 std::uint64_t Client::view() const { return impl_->view; }
 const ClientStats& Client::stats() const { return impl_->stats; }
 

@@ -86,6 +86,11 @@ class Client {
   std::vector<FirstReply> take_first_replies();
 
   std::size_t in_flight() const;  // submitted and not completed
+  // False when a reply to `wire_request_id` would be dropped unread whatever it says: the id was issued by this
+  // client and is no longer pending (a late reply, from one of the replicas slower than the certificate). The
+  // runtime asks before it authenticates a frame, so that the n - (2f+1) late replies of every request cost no
+  // MAC and no decoding; an id this client never issued stays "wanted", so that it is checked and counted.
+  bool wants_reply(std::uint64_t wire_request_id) const;
   std::uint64_t view() const;     // the client's belief of the current view
   const ClientStats& stats() const;
 

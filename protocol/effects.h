@@ -84,6 +84,29 @@ struct Send {
   Message message;
 };
 
+// Whether `s` may leave only once every must-sync record appended before it (in this or any earlier Effects)
+// is durable. The rule above is written per Effects; a driver that syncs asynchronously (the runtime's sync
+// thread) keeps the loop going while a group is written, and needs to know which sends the pending sync
+// actually holds back:
+// - COMMIT, CHECKPOINT, VIEW-CHANGE, NEW-VIEW and every REPLY that is not a PBFT-CS early reply make a promise
+//   backed by a must-sync record (a committed or read-only reply counts this replica's own COMMIT, so it
+//   waits like the COMMIT): they wait, in order.
+// - PRE-PREPARE, PREPARE, STATUS, FETCH-BATCH, BATCH-DATA, FETCH-STATE, STATE-NODE, STATE-LEAF, forwarded
+//   REQUESTs and early replies promise nothing that a lost PreparedRecord, CheckpointRecord or StableRecord
+//   could break: PRE-PREPARE and PREPARE are already sent without their own record being durable (the
+//   argument above: a replica that recovers never votes again in the view it recovered in), and the rest are
+//   hints or self-certifying data. They need only the replica's current view to be durable, since that
+//   argument rests on the recovered view being at least the view they were sent in. So they wait only while
+//   a ViewRecord is not durable, and otherwise may overtake waiting sends (the protocol tolerates reordering;
+//   the simulator's network reorders).
+// This is what lets batch n+1 be pre-prepared and prepared while batch n's PreparedRecord is on its way to
+// the disk (TOCS §5.1.4's pipelining of batches, with the log write of §4.3 off the critical path).
+inline bool send_waits_for_log(const Send& s) {
+  if (const auto* r = std::get_if<Reply>(&s.message)) return (r->flags & kReplySpeculative) == 0;
+  return std::holds_alternative<Commit>(s.message) || std::holds_alternative<Checkpoint>(s.message) ||
+         std::holds_alternative<ViewChange>(s.message) || std::holds_alternative<NewView>(s.message);
+}
+
 struct Effects {
   std::vector<PersistRecord> persist;
   std::vector<Send> sends;

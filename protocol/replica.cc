@@ -1816,8 +1816,12 @@ void Replica::Impl::install_fetched_state(FetchedState&& fs) {
   last_executed = fs.seq;
   last_committed = fs.seq;
   last_executed_timestamp_ns = 0;
-  persist(CheckpointRecord{fs.seq, fs.checkpoint_digest, fs.client_table});
+  // The StableRecord first: a crash may keep any prefix of records not yet durable, and the service's state is
+  // already on disk. With the CheckpointRecord alone, recover() would pair that state with its client table and
+  // find no log between the older stable checkpoint and it (a state transfer has no pre-prepares to replay);
+  // with the StableRecord alone it finds no client table for the state and fetches it again, which is safe.
   persist(StableRecord{fs.seq, fs.checkpoint_digest});
+  persist(CheckpointRecord{fs.seq, fs.checkpoint_digest, fs.client_table});
   own_checkpoints[fs.seq] = OwnCheckpoint{fs.checkpoint_digest, std::move(fs.client_table), true};
   add_claim(self, fs.seq, fs.checkpoint_digest);
   h = fs.seq;

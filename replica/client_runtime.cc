@@ -1,6 +1,8 @@
 #include "replica/client_runtime.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <mutex>
 
 #include <signal.h>
 #include <sys/random.h>
@@ -16,6 +18,47 @@ std::uint64_t clock_ns(clockid_t id) {
   timespec ts{};
   clock_gettime(id, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+// One transport and the identity it was created with (destroyed in this order: the transport refers to it).
+struct SharedClientTransport {
+  std::shared_ptr<const Crypto> owner_crypto;
+  std::unique_ptr<Transport> transport;
+  ~SharedClientTransport() { transport.reset(); }
+};
+
+namespace {
+
+// Live shared transports by (event base, kind, address). A weak reference: the last client to go destroys the
+// transport (before its base, which every client must outlive). Clients of different threads (different
+// bases) may be created at once, hence the lock.
+std::mutex g_shared_mu;
+std::map<std::string, std::weak_ptr<SharedClientTransport>> g_shared;
+
+// The shared transport for `key` on `base`, created with `crypto`'s identity and connected by `connect` when
+// there is none yet; `crypto`'s identity is then registered on it with `on_message` and `filter`.
+std::string join_shared(event_base* base, const std::string& key, std::uint32_t n, const std::shared_ptr<Crypto>& crypto,
+                        const TransportOptions& to, const std::function<std::string(Transport&)>& connect,
+                        Transport::OnMessage on_message, Transport::FrameFilter filter,
+                        std::shared_ptr<SharedClientTransport>& out) {
+  char prefix[32];
+  std::snprintf(prefix, sizeof prefix, "%p|", static_cast<void*>(base));
+  const std::string full_key = prefix + key;
+  std::lock_guard<std::mutex> lock(g_shared_mu);
+  std::shared_ptr<SharedClientTransport> st = g_shared[full_key].lock();
+  if (st == nullptr) {
+    st = std::make_shared<SharedClientTransport>();
+    st->owner_crypto = crypto;
+    // Frames for an identity that is gone are dropped: every live client is registered with add_identity.
+    st->transport = std::make_unique<Transport>(base, n, *crypto, to, [](NodeId, Message&&) {});
+    if (std::string err = connect(*st->transport); !err.empty()) return err;
+    g_shared[full_key] = st;
+  }
+  st->transport->add_identity(crypto, std::move(on_message), std::move(filter));
+  out = std::move(st);
+  return "";
 }
 
 }  // namespace
@@ -45,19 +88,38 @@ std::string load_client_identity(const std::string& config_path, NodeId id, Clus
 // ClientLink
 
 std::string ClientLink::create(event_base* base, const std::string& config_path, NodeId id, const WanSpec& wan,
-                               Transport::OnMessage on_message, OnTicks on_ticks, std::unique_ptr<ClientLink>& out) {
+                               Transport::OnMessage on_message, OnTicks on_ticks, std::unique_ptr<ClientLink>& out,
+                               Transport::FrameFilter filter) {
   out.reset();
   ::signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<ClientLink> c(new ClientLink());
   c->id_ = id;
   c->on_ticks_ = std::move(on_ticks);
-  if (std::string err = load_client_identity(config_path, id, c->config_, c->crypto_); !err.empty()) return err;
+  std::unique_ptr<Crypto> crypto;
+  if (std::string err = load_client_identity(config_path, id, c->config_, crypto); !err.empty()) return err;
+  c->crypto_ = std::move(crypto);
   TransportOptions to;
   to.send_hello = true;
   to.wan = wan;
-  c->transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to, std::move(on_message));
-  for (NodeId r = 0; r < c->config_.n; ++r) {
-    if (std::string err = c->transport_->connect(r, c->config_.replicas[r]); !err.empty()) return err;
+  const ClusterConfig& config = c->config_;
+  auto connect = [&config](Transport& t) -> std::string {
+    for (NodeId r = 0; r < config.n; ++r) {
+      if (std::string err = t.connect(r, config.replicas[r]); !err.empty()) return err;
+    }
+    return "";
+  };
+  if (wan.enabled()) {
+    c->own_transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to, std::move(on_message));
+    c->own_transport_->set_frame_filter(std::move(filter));
+    c->transport_ = c->own_transport_.get();
+    if (std::string err = connect(*c->transport_); !err.empty()) return err;
+  } else {
+    if (std::string err = join_shared(base, "pbft|" + config_path, c->config_.n, c->crypto_, to, connect,
+                                      std::move(on_message), std::move(filter), c->shared_);
+        !err.empty()) {
+      return err;
+    }
+    c->transport_ = c->shared_->transport.get();
   }
   ClientLink* raw = c.get();
   c->tick_ev_.reset(event_new(
@@ -76,7 +138,12 @@ std::string ClientLink::create(event_base* base, const std::string& config_path,
 
 ClientLink::~ClientLink() {
   tick_ev_.reset();
-  transport_.reset();
+  if (shared_ != nullptr) {
+    transport_->remove_identity(id_);
+    std::lock_guard<std::mutex> lock(g_shared_mu);
+    shared_.reset();  // the last client destroys the transport (under the lock: join_shared may be looking)
+  }
+  own_transport_.reset();
 }
 
 std::uint64_t ClientLink::seed() const {
@@ -113,7 +180,12 @@ std::string ClientRuntime::create(event_base* base, const std::string& config_pa
             for (std::uint64_t i = 0; i < due; ++i) raw->core_->on_tick();
             raw->drain();
           },
-          c->link_);
+          c->link_,
+          // The replicas slower than the certificate answer requests that completed already: at most one of
+          // every four replies with f = 1 and tentative execution, each a MAC and a decode saved.
+          [raw](MsgType type, NodeId, std::uint64_t seq) {
+            return type != MsgType::kReply || raw->core_ == nullptr || raw->core_->wants_reply(seq);
+          });
       !err.empty()) {
     return err;
   }
@@ -172,16 +244,31 @@ std::string DirectClient::create(event_base* base, const std::string& config_pat
   ::signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<DirectClient> c(new DirectClient());
   c->id_ = id;
-  if (std::string err = load_client_identity(config_path, id, c->config_, c->crypto_); !err.empty()) return err;
+  std::unique_ptr<Crypto> crypto;
+  if (std::string err = load_client_identity(config_path, id, c->config_, crypto); !err.empty()) return err;
+  c->crypto_ = std::move(crypto);
   c->next_request_id_ = fresh_first_request_id();
   DirectClient* raw = c.get();
   TransportOptions to;
   to.send_hello = true;
   to.wan = wan;
-  c->transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to,
-                                              [raw](NodeId from, Message&& m) { raw->on_message(from, std::move(m)); });
+  Transport::OnMessage on_message = [raw](NodeId from, Message&& m) { raw->on_message(from, std::move(m)); };
   const ReplicaAddress addr = server.host.empty() ? c->config_.replicas[0] : server;
-  if (std::string err = c->transport_->connect(0, addr); !err.empty()) return err;
+  auto connect = [&addr](Transport& t) { return t.connect(0, addr); };
+  // Shared exactly as ClientLink shares the replicas' connections, so NO-REP gets the same transport.
+  if (wan.enabled()) {
+    c->own_transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to, std::move(on_message));
+    c->transport_ = c->own_transport_.get();
+    if (std::string err = connect(*c->transport_); !err.empty()) return err;
+  } else {
+    const std::string key = "norep|" + config_path + "|" + addr.host + ":" + std::to_string(addr.port);
+    if (std::string err = join_shared(base, key, c->config_.n, c->crypto_, to, connect, std::move(on_message), {},
+                                      c->shared_);
+        !err.empty()) {
+      return err;
+    }
+    c->transport_ = c->shared_->transport.get();
+  }
   c->timer_ev_.reset(event_new(
       base, -1, EV_PERSIST, [](int, short, void* a) { static_cast<DirectClient*>(a)->on_timer(); }, raw));
   BFT_ASSERT(c->timer_ev_ != nullptr);
@@ -194,7 +281,12 @@ std::string DirectClient::create(event_base* base, const std::string& config_pat
 
 DirectClient::~DirectClient() {
   timer_ev_.reset();
-  transport_.reset();
+  if (shared_ != nullptr) {
+    transport_->remove_identity(id_);
+    std::lock_guard<std::mutex> lock(g_shared_mu);
+    shared_.reset();
+  }
+  own_transport_.reset();
 }
 
 void DirectClient::send(const Request& r) {

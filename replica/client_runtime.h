@@ -40,16 +40,27 @@ std::uint64_t fresh_first_request_id();
 [[nodiscard]] std::string load_client_identity(const std::string& config_path, NodeId id, ClusterConfig& config,
                                                std::unique_ptr<Crypto>& crypto);
 
+// Connection sharing (multiplexing): without WAN emulation, every client of one event_base that talks to the
+// same cluster (or the same NO-REP server) shares one Transport, so K clients of one process (the closed-loop
+// benchmark) use one connection per replica instead of K: the replicas' replies to them leave in one system
+// call per loop pass, and the client process reads them in one. Each client keeps its own identity and keys
+// (Transport::add_identity); the replicas see K authenticated clients exactly as before. With WAN emulation
+// each client keeps its own transport, since clients of one process may be placed at different sites.
+struct SharedClientTransport;
+
 // What every replicated-client runtime needs below its protocol core: the client's identity, a transport to
-// every replica (with the emulated WAN delay, if any), and a timer that hands the core every elapsed 1 ms tick
-// even when it fires late. ClientRuntime (PBFT) and SpecClientRuntime (PBFT-CS) are built on it.
+// every replica (with the emulated WAN delay, if any; shared as above), and a timer that hands the core every
+// elapsed 1 ms tick even when it fires late. ClientRuntime (PBFT) and SpecClientRuntime (PBFT-CS) are built on
+// it.
 class ClientLink {
  public:
   using OnTicks = std::function<void(std::uint64_t due_ticks)>;
   // `on_message` and `on_ticks` run on `base`'s loop (never during create). `base` must outlive the link.
+  // `filter` (may be empty) is asked about this client's frames before they are authenticated
+  // (Transport::FrameFilter).
   [[nodiscard]] static std::string create(event_base* base, const std::string& config_path, NodeId id,
                                           const WanSpec& wan, Transport::OnMessage on_message, OnTicks on_ticks,
-                                          std::unique_ptr<ClientLink>& out);
+                                          std::unique_ptr<ClientLink>& out, Transport::FrameFilter filter = {});
   ~ClientLink();
   ClientLink(const ClientLink&) = delete;
   ClientLink& operator=(const ClientLink&) = delete;
@@ -66,8 +77,10 @@ class ClientLink {
   void on_timer();
   NodeId id_ = 0;
   ClusterConfig config_;
-  std::unique_ptr<Crypto> crypto_;
-  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Crypto> crypto_;  // shared with the transport while this identity is registered
+  std::shared_ptr<SharedClientTransport> shared_;  // the shared transport (no WAN), or
+  std::unique_ptr<Transport> own_transport_;       // this client's own (WAN emulation)
+  Transport* transport_ = nullptr;                 // whichever of the two
   EventPtr tick_ev_;
   std::uint64_t last_tick_ns_ = 0;
   OnTicks on_ticks_;
@@ -125,8 +138,10 @@ class DirectClient final : public SubmitClient {
   void send(const Request& r);
   NodeId id_ = 0;
   ClusterConfig config_;
-  std::unique_ptr<Crypto> crypto_;
-  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Crypto> crypto_;
+  std::shared_ptr<SharedClientTransport> shared_;  // as ClientLink: shared without WAN emulation
+  std::unique_ptr<Transport> own_transport_;
+  Transport* transport_ = nullptr;
   EventPtr timer_ev_;
   std::uint64_t next_request_id_ = 0;
   std::uint64_t now_ms_ = 0;

@@ -2,15 +2,19 @@
 // transport, the write-ahead log, the service and its snapshot store, and the core, and drains the core's
 // Effects with group commit:
 //
-//   every callback of one loop pass (readable sockets, the 1 ms tick) feeds the core and appends the Effects
+//   every callback of one loop pass (readable sockets, the tick timer) feeds the core and appends the Effects
 //   it returns to one pending list; the loop runs one pass at a time (event_base_loop with EVLOOP_ONCE) and
-//   flushes after each. The flush appends every pending record to the log, makes them durable with one
-//   fdatasync, and only then sends every pending message (protocol/effects.h: durable before sent; merging
-//   the Effects of several handlers keeps each send behind the persists before it). Sends of one flush to
+//   flushes after each. The flush appends every pending record to the log and, when one of them backs a
+//   promise, hands everything appended as one group to the sync thread (one group in flight; the next one
+//   starts when it completes, with whatever was appended meanwhile). The loop does not wait for it: each
+//   send leaves once the records it depends on are durable (protocol/effects.h, send_waits_for_log: promises
+//   wait for every must-sync record appended before them, in order; messages that promise nothing wait only
+//   for an unsynced ViewRecord), and is held until then. Sends of one flush, or of one completed group, to
 //   the same connection leave in one system call (Transport::cork).
 //
-// The fdatasync is skipped when a pass sent nothing (records are then durable with the next pass that sends,
-// or within status_interval_ms): the core only relies on a record once a message that promises it is out.
+// A group is written only when a record backs a promise (records are otherwise durable with the next such
+// group, or within status_interval_ms): the core only relies on a record once a message that promises it is
+// out. Without fsync (measurements only) the write is done on the loop.
 //
 // Status: <data>/status.json every status_interval_ms (see status_file.h), and snapshot() for tests.
 #pragma once

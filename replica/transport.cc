@@ -2,6 +2,7 @@
 #include "replica/transport.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <event2/buffer.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -51,6 +53,7 @@ struct Transport::Conn {
   bool has_peer = false;
   std::uint32_t rejects = 0;
   Bytes corked;  // frames gathered while the transport is corked
+  std::vector<NodeId> bound_nodes;  // incoming: every node bound to this connection (multiplexed clients)
 };
 
 // The frames on their way to one node at another site, oldest first, and the timer armed for the oldest.
@@ -228,19 +231,42 @@ void Transport::start_connect(Peer& p) {
   }
   p.conn_id = c->id;
   if (options_.send_hello) {
-    // Queued ahead of anything sent on this connection; it goes out when the connection is up.
-    Request hello;
-    hello.client = self_;
-    hello.request_id = kHelloRequestId;
-    hello.authenticator.resize(n_);
-    const Bytes frame = encode_frame(hello, self_, p.id, crypto_);
-    bufferevent_write(c->bev.get(), frame.data(), frame.size());
+    // Queued ahead of anything sent on this connection; they go out when the connection is up.
+    write_hello(c, crypto_);
+    for (const auto& [id, ident] : identities_) {
+      if (id != self_) write_hello(c, *ident->crypto);
+    }
   }
   if (bufferevent_socket_connect(c->bev.get(), reinterpret_cast<sockaddr*>(&p.addr), static_cast<int>(p.addr_len)) !=
       0) {
     close_conn(c, "connect failed");  // schedules the reconnect
   }
 }
+
+// One hello of `crypto.self()` queued on `c` (behind whatever is queued there, ahead of what follows).
+void Transport::write_hello(Conn* c, const Crypto& crypto) {
+  Request hello;
+  hello.client = crypto.self();
+  hello.request_id = kHelloRequestId;
+  hello.authenticator.resize(n_);
+  const Bytes frame = encode_frame(hello, crypto.self(), c->peer, crypto);
+  bufferevent_write(c->bev.get(), frame.data(), frame.size());
+}
+
+void Transport::add_identity(std::shared_ptr<const Crypto> crypto, OnMessage on_message, FrameFilter filter) {
+  BFT_ASSERT(crypto != nullptr);
+  const NodeId id = crypto->self();
+  BFT_ASSERT(id >= n_);  // clients only: replicas have one identity per process
+  auto ident = std::make_shared<Identity>(Identity{std::move(crypto), std::move(on_message), std::move(filter)});
+  if (options_.send_hello && id != self_) {
+    for (const auto& [peer_id, p] : peers_) {
+      if (p->conn_id != 0) write_hello(conns_.at(p->conn_id).get(), *ident->crypto);
+    }
+  }
+  identities_[id] = std::move(ident);
+}
+
+void Transport::remove_identity(NodeId id) { identities_.erase(id); }
 
 void Transport::schedule_reconnect(Peer& p) {
   // Exponential backoff with jitter in [backoff/2, backoff]: a restarted replica is not hit by every peer at
@@ -311,9 +337,29 @@ void Transport::read_frames(Conn* c) {
       return;
     }
     if (avail < len) return;  // the rest of the frame has not arrived yet
+    // Header fields at their wire offsets (protocol/wire.h): type at 5, sender at 8, receiver at 12, seq at 24.
+    std::uint32_t sender = 0;
+    std::uint32_t receiver = 0;
+    std::uint64_t seq = 0;
+    std::memcpy(&sender, head + 8, sizeof sender);
+    std::memcpy(&receiver, head + 12, sizeof receiver);
+    std::memcpy(&seq, head + 24, sizeof seq);
+    // The identity the frame claims to be for (multiplexing); it is checked like any header field: the MAC is
+    // computed with that identity's keys, and decode_frame() checks the receiver against it.
+    std::shared_ptr<Identity> ident;
+    if (!identities_.empty()) {
+      if (auto it = identities_.find(le32toh(receiver)); it != identities_.end()) ident = it->second;
+    }
+    const FrameFilter& filter = ident ? ident->filter : filter_;
+    if (filter && !filter(static_cast<MsgType>(head[5]), le32toh(sender), le64toh(seq))) {
+      evbuffer_drain(in, len);
+      ++stats_.frames_skipped;
+      stats_.bytes_received += len;
+      continue;
+    }
     const std::uint8_t* frame = evbuffer_pullup(in, static_cast<ev_ssize_t>(len));
     BFT_ASSERT(frame != nullptr);
-    Decoded d = decode_frame(std::span<const std::uint8_t>(frame, len), n_, crypto_);
+    Decoded d = decode_frame(std::span<const std::uint8_t>(frame, len), n_, ident ? *ident->crypto : crypto_);
     evbuffer_drain(in, len);
     ++stats_.frames_received;
     stats_.bytes_received += len;
@@ -337,6 +383,11 @@ void Transport::read_frames(Conn* c) {
         continue;
       }
     }
+    if (ident) {
+      // `ident` (a shared_ptr) keeps the callback alive even if the identity removes itself in it.
+      if (ident->on_message) ident->on_message(d.sender, std::move(d.message));
+      continue;
+    }
     on_message_(d.sender, std::move(d.message));
   }
 }
@@ -349,6 +400,10 @@ void Transport::bind(Conn* c, NodeId node) {
   if (!inserted) {
     if (it->second == c->id) return;
     it->second = c->id;
+  }
+  // Bounded by the nodes that ever bound here (a node flipping between two connections is listed once).
+  if (std::find(c->bound_nodes.begin(), c->bound_nodes.end(), node) == c->bound_nodes.end()) {
+    c->bound_nodes.push_back(node);
   }
   auto pit = parked_.find(node);
   if (pit == parked_.end()) return;
@@ -386,8 +441,9 @@ void Transport::close_conn(Conn* c, const char* reason) {
   if (!c->outgoing) {
     BFT_ASSERT(incoming_ > 0);
     --incoming_;
-    if (c->has_peer) {
-      auto it = bound_.find(c->peer);
+    // Every node bound here, not only the last sender: a connection may carry many clients.
+    for (NodeId node : c->bound_nodes) {
+      auto it = bound_.find(node);
       if (it != bound_.end() && it->second == c->id) bound_.erase(it);
     }
   }
@@ -573,17 +629,32 @@ void Transport::uncork() {
 }
 
 void Transport::send(const Send& s) {
+  // A multiplexed client's request leaves under its own identity (clients send nothing but requests).
+  if (!identities_.empty()) {
+    if (const auto* r = std::get_if<Request>(&s.message); r != nullptr && r->client != self_) {
+      if (auto it = identities_.find(r->client); it != identities_.end()) {
+        const std::shared_ptr<const Crypto> crypto = it->second->crypto;
+        send_with(*crypto, s);
+        return;
+      }
+    }
+  }
+  send_with(crypto_, s);
+}
+
+void Transport::send_with(const Crypto& crypto, const Send& s) {
+  const NodeId from = crypto.self();
   if (s.to == kAllReplicas) {
-    const Bytes unsealed = encode_unsealed(s.message, self_);
+    const Bytes unsealed = encode_unsealed(s.message, from);
     for (NodeId r = 0; r < n_; ++r) {
-      if (r == self_) continue;
-      const Bytes frame = seal_for(unsealed, r, crypto_);
+      if (r == from) continue;
+      const Bytes frame = seal_for(unsealed, r, crypto);
       send_frame(r, frame.data(), frame.size());
     }
     return;
   }
-  BFT_ASSERT(s.to != self_);  // the cores never address themselves
-  const Bytes frame = encode_frame(s.message, self_, s.to, crypto_);
+  BFT_ASSERT(s.to != from);  // the cores never address themselves
+  const Bytes frame = encode_frame(s.message, from, s.to, crypto);
   send_frame(s.to, frame.data(), frame.size());
 }
 

@@ -4,7 +4,9 @@
 // jittered exponential backoff when it fails) and accepts connections on its listening address (listen()).
 // Replicas send to replicas over their own outgoing connections; a replica answers a client over the
 // connection that client opened: the client id is bound to a connection once an authenticated frame from that
-// client arrived on it (the latest such connection wins, so a reconnecting client is followed).
+// client arrived on it (the latest such connection wins, so a reconnecting client is followed). One connection
+// may carry several clients (a client process multiplexing its clients, add_identity): each is bound by its
+// own frames, and closing the connection unbinds them all.
 //
 // Hello: a client (send_hello) starts every outgoing connection with one authenticated "hello" frame, a
 // Request with request_id 0 and an empty operation. The receiving transport binds the connection to the
@@ -95,6 +97,7 @@ struct TransportStats {
   std::uint64_t closed_too_many_rejects = 0;
   std::uint64_t closed_slow_peer = 0;     // output cap exceeded
   std::uint64_t frames_rejected = 0;      // sum of rejects_by_reason
+  std::uint64_t frames_skipped = 0;       // dropped unread by the frame filter (see set_frame_filter)
   std::uint64_t sends_dropped_no_connection = 0;
   std::uint64_t hellos_received = 0;
   std::uint64_t frames_parked = 0;        // held for a node without a connection (see Parking)
@@ -111,6 +114,10 @@ class Transport {
  public:
   // Called for every authenticated, well-formed message, in arrival order per connection.
   using OnMessage = std::function<void(NodeId from, Message&& message)>;
+  // Asked, before authentication, about every complete frame whose header parsed: false drops the frame unread
+  // (counted in frames_skipped). The header is not authenticated, so a filter may only say false for frames
+  // whose authentic version its receiver would drop anyway (a client: replies to requests it completed).
+  using FrameFilter = std::function<bool(MsgType type, NodeId sender, std::uint64_t seq)>;
 
   // `n` is the number of replicas (decode_frame needs it). `crypto.self()` is this node. `base` and `crypto`
   // must outlive the transport.
@@ -141,6 +148,22 @@ class Transport {
   // one system call per connection at uncork() (the runtimes cork around each flush). Not nestable.
   void cork();
   void uncork();
+
+  // Installs the filter above (none by default).
+  void set_frame_filter(FrameFilter filter) { filter_ = std::move(filter); }
+
+  // Multiplexing (several clients of one process over one connection per replica): a further local identity.
+  // A frame whose header names `crypto->self()` as its receiver is authenticated with that identity's keys,
+  // filtered by its filter and delivered to its callback; a Request whose client is that identity is sealed
+  // with its keys (send()). With send_hello the identity binds itself on every outgoing connection, now and
+  // after every reconnect, so a replica answers it over the shared connection (the replica side needs nothing:
+  // it binds each client id to the connection its frames arrived on). The transport's own identity (the
+  // constructor's crypto) may be added too, to give it a removable callback. `crypto` is kept alive by the
+  // transport while the identity is registered.
+  void add_identity(std::shared_ptr<const Crypto> crypto, OnMessage on_message, FrameFilter filter);
+  // Frames for `id` are dropped from now on (those of the transport's own identity go to the constructor's
+  // callback again). Safe to call from that identity's own callback.
+  void remove_identity(NodeId id);
 
   // True if an outgoing connection to `peer` is established.
   bool connected(NodeId peer) const;
@@ -178,6 +201,15 @@ class Transport {
   NodeId self_;
   TransportOptions options_;
   OnMessage on_message_;
+  FrameFilter filter_;
+  struct Identity {
+    std::shared_ptr<const Crypto> crypto;
+    OnMessage on_message;
+    FrameFilter filter;
+  };
+  std::map<NodeId, std::shared_ptr<Identity>> identities_;  // further local identities (multiplexing)
+  void send_with(const Crypto& crypto, const Send& s);
+  void write_hello(Conn* c, const Crypto& crypto);
   Prng prng_;
   ListenerPtr listener_;
   std::uint64_t next_conn_id_ = 1;

@@ -212,6 +212,7 @@ struct Wal::LiveEntry {
 Wal::Wal(std::string dir, const WalOptions& options) : dir_(std::move(dir)), options_(options) {}
 Wal::~Wal() {
   // Nothing buffered may be lost silently on a clean shutdown; a crash loses only what nothing relied on.
+  BFT_ASSERT(!in_flight_);  // the owner completes its group before destroying the log
   if (fd_.valid() && dirty()) sync();
   // A half-made next segment is of no use to the next open (which deletes it anyway).
   if (next_fd_.valid()) ::unlink((dir_ + "/" + kNextSegmentName).c_str());
@@ -316,18 +317,51 @@ void Wal::track_live(const PersistRecord& record, Bytes&& payload) {
 }
 
 void Wal::sync() {
+  BFT_ASSERT(!in_flight_);
   if (buffer_.empty()) return;
+  Group g = begin_group();
+  write_group(g);
+  complete_group(g);
+}
+
+Wal::Group Wal::begin_group() {
+  BFT_ASSERT(!in_flight_);
+  BFT_ASSERT(!buffer_.empty());
+  BFT_ASSERT(fd_.valid());
+  in_flight_ = true;
+  Group g;
+  g.fd = fd_.get();
+  g.offset = active_bytes_;
+  g.durable = options_.fsync;
+  g.bytes = std::move(buffer_);
+  buffer_.clear();  // the next append() starts the next group (kGroupStart)
+  if (active_bytes_ + g.bytes.size() > active_capacity_) ++stats_.syncs_past_prealloc;
+  // The group's place is reserved now: the next group goes after it, whenever this one completes.
+  active_bytes_ += g.bytes.size();
+  bytes_since_base_ += g.bytes.size();
+  return g;
+}
+
+void Wal::write_group(Group& g) {
+  BFT_ASSERT(g.fd >= 0);
   const std::uint64_t t0 = now_ns();
-  if (active_bytes_ + buffer_.size() > active_capacity_) ++stats_.syncs_past_prealloc;
-  write_durable(fd_.get(), buffer_.data(), buffer_.size(), active_bytes_, options_.fsync);
-  const std::uint64_t dt = now_ns() - t0;
+  write_durable(g.fd, g.bytes.data(), g.bytes.size(), g.offset, g.durable);
+  g.write_ns = now_ns() - t0;
+}
+
+void Wal::complete_group(const Group& g) {
+  BFT_ASSERT(in_flight_);
+  BFT_ASSERT(g.offset + g.bytes.size() <= active_bytes_);
+  in_flight_ = false;
   ++stats_.syncs;
-  stats_.sync_ns_total += dt;
-  stats_.sync_ns_max = std::max(stats_.sync_ns_max, dt);
-  active_bytes_ += buffer_.size();
-  bytes_since_base_ += buffer_.size();
-  synced_since_step_ += buffer_.size();
-  buffer_.clear();
+  stats_.sync_ns_total += g.write_ns;
+  stats_.sync_ns_max = std::max(stats_.sync_ns_max, g.write_ns);
+  synced_since_step_ += g.bytes.size();
+}
+
+bool Wal::roll_waiting() const {
+  const std::uint64_t slack = std::min<std::uint64_t>(64 << 10, active_capacity_ / 16);
+  return next_ready_ && (active_bytes_ + slack >= active_capacity_ || compaction_due());
 }
 
 bool Wal::compaction_due() const { return stable_since_compact_ && bytes_since_base_ >= options_.compact_bytes_min; }
@@ -337,12 +371,12 @@ bool Wal::maintain() {
   const std::uint64_t slack = std::min<std::uint64_t>(64 << 10, active_capacity_ / 16);
   const bool roll_due = active_bytes_ + slack >= active_capacity_ || compaction_due();
   const std::uint64_t t0 = now_ns();
-  if (roll_due && next_ready_ && !dirty()) {
+  if (roll_due && next_ready_ && !dirty() && !in_flight_) {
     roll();
     stats_.roll_ns_max = std::max(stats_.roll_ns_max, now_ns() - t0);
     return true;  // the segment after this one is to be preallocated when its time comes
   }
-  if (next_ready_) return roll_due;
+  if (next_ready_) return roll_due && !in_flight_;
   // The next segment is started once the active one is half full (or compaction is half due): no
   // preallocation at all in a replica's first half segment, and none in most loop passes.
   const bool started = next_fd_.valid() || active_bytes_ * 2 >= active_capacity_ ||

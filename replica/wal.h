@@ -20,8 +20,12 @@
 // are. The file size therefore no longer says where the data ends; the records do.
 //
 // Group commit: append() only buffers; sync() writes everything buffered at the end of the data with one
-// pwritev2(RWF_DSYNC). The runtime calls sync() once per event-loop pass, before it sends anything, and
-// maintain() after it sent (see below).
+// pwritev2(RWF_DSYNC). sync() is also available in three steps so that the write can run on another thread
+// while the caller's loop goes on (the replica runtime's sync thread): begin_group() takes everything buffered
+// as one group and reserves its place at the end of the data (the caller's thread), write_group() makes it
+// durable (any thread; the only step that touches the disk), complete_group() accounts for it (the caller's
+// thread again). Appending continues while a group is being written, into the next group; at most one group is
+// in flight, so groups reach the disk in log order. maintain() runs between groups (see below).
 //
 // Replay (open): segments are read in index order from the newest .base segment (a compacted snapshot; any
 // segment below it is obsolete and deleted). Records are read until the first one that is not valid (bad
@@ -64,6 +68,7 @@
 // older segments are deleted; the base is the active segment and is appended to like any other.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -120,19 +125,44 @@ class Wal {
   Wal(const Wal&) = delete;
   Wal& operator=(const Wal&) = delete;
 
-  // Buffers one record; it is durable after the next sync(). Cheap: encodes once.
+  // Buffers one record; it is durable after the next sync() (or the next group's write_group()). Cheap:
+  // encodes once. Allowed while a group is in flight.
   void append(const PersistRecord& record);
-  // True if records were appended since the last sync().
+  // True if records were appended since the last sync() or begin_group().
   bool dirty() const { return !buffer_.empty(); }
+
+  // One group on its way to the disk: everything that was buffered at begin_group(), and where it goes.
+  struct Group {
+    int fd = -1;
+    Bytes bytes;
+    std::uint64_t offset = 0;
+    bool durable = true;
+    std::uint64_t write_ns = 0;  // set by write_group()
+  };
+  // Takes everything buffered as one group (dirty() must be true and no group may be in flight). Until
+  // complete_group() the log has a group in flight: append() is allowed, sync() and begin_group() are not, and
+  // maintain() only preallocates.
+  [[nodiscard]] Group begin_group();
+  // Writes `g` and makes it durable (pwritev2 RWF_DSYNC, or write + fdatasync). Thread-safe with respect to the
+  // owner's other calls (it touches only `g` and the RWF_DSYNC fallback flag). Aborts on an I/O error, like
+  // sync().
+  void write_group(Group& g);
+  // Accounts for `g` (which write_group() has written) and ends the flight.
+  void complete_group(const Group& g);
+  bool group_in_flight() const { return in_flight_; }
+  // True when maintain() wants nothing buffered so that it can roll over to the next segment (the active one
+  // is nearly full or compaction is due, and the next one is ready): a caller that keeps groups in flight back
+  // to back should then sync() what is buffered once and call maintain().
+  bool roll_waiting() const;
   // Writes every buffered record at the end of the data and makes it durable (one pwritev2 with RWF_DSYNC;
   // normally an overwrite of preallocated zeros). Never rolls, compacts or preallocates: that is maintain().
   // An I/O error here aborts the process: a replica that cannot persist must stop (it could otherwise send a
-  // promise it cannot keep after a restart).
+  // promise it cannot keep after a restart). Not while a group is in flight.
   void sync();
   // Housekeeping kept off the commit path; call it after the sends that follow a sync() (the runtime calls it
   // after every flush). Does at most one of: a roll-over to the next segment (with compaction when due), when
   // nothing is buffered, the active segment is nearly full or compaction is due, and the next segment is
-  // ready; or one bounded step of preallocating the next segment. Returns true if work remains (a caller with
+  // ready (never while a group is in flight); or one bounded step of preallocating the next segment. Returns true if work remains (a caller with
   // nothing else to do may call it again). Without it the log stays correct but never rolls or compacts, and
   // groups beyond the preallocated space are appends. Aborts on I/O errors, like sync().
   bool maintain();
@@ -177,7 +207,9 @@ class Wal {
   std::uint64_t next_zeroed_bytes_ = 0;
   bool next_ready_ = false;                // zeroed to its target and fsynced
   std::uint64_t synced_since_step_ = 0;    // bytes synced since the last preallocation step (pacing)
-  bool rwf_dsync_ = true;                  // pwritev2(RWF_DSYNC) works here (else write + fdatasync)
+  bool in_flight_ = false;                 // a group is between begin_group() and complete_group()
+  // pwritev2(RWF_DSYNC) works here (else write + fdatasync); atomic because write_group() may run elsewhere.
+  std::atomic<bool> rwf_dsync_{true};
   WalStats stats_;
 };
 

@@ -122,9 +122,10 @@ void print_stats(const SimStats& s, const char* indent) {
               indent, ull(s.view_changes_started), ull(s.new_views_installed), ull(s.state_transfers),
               ull(s.replica_rollbacks), ull(s.service_rollbacks));
   std::printf("%scrashes %llu (between persist and send %llu, torn %llu, lost unsynced records %llu, all at once "
-              "%llu), restarts %llu\n",
+              "%llu), restarts %llu; asynchronous sync: sends held %llu, lost in crashes %llu\n",
               indent, ull(s.crashes), ull(s.crashes_between_persist_and_send), ull(s.torn_persists),
-              ull(s.unsynced_records_lost), ull(s.all_crashes), ull(s.restarts));
+              ull(s.unsynced_records_lost), ull(s.all_crashes), ull(s.restarts), ull(s.sends_held_for_sync),
+              ull(s.held_sends_lost));
   std::printf("%snetwork: frames sent %llu, delivered %llu, lost %llu, duplicated %llu, partitioned %llu, to dead "
               "nodes %llu; partitions %llu, slow links %llu\n",
               indent, ull(s.frames_sent), ull(s.frames_delivered), ull(s.frames_lost), ull(s.frames_duplicated),

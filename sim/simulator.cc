@@ -417,6 +417,12 @@ struct ReplicaNode {
   std::uint64_t restart_tick = 0;
   bool armed = false;  // crash at the next persist, before its sends go out
   std::uint64_t armed_deadline = 0;
+  // Asynchronous sync (seeds with Simulation::async_sync_, as the runtime's sync thread): the log positions
+  // (sizes after the record) of the latest must-sync record and ViewRecord appended, and the sends that wait
+  // for them to be durable (send_waits_for_log) until the sync completes at a later tick.
+  std::size_t must_pos = 0;
+  std::size_t view_pos = 0;
+  std::vector<std::pair<std::size_t, Send>> held;
   ReplicaStats past;  // stats of earlier incarnations
   std::uint64_t past_service_rollbacks = 0;
 };
@@ -525,7 +531,11 @@ Simulation* g_running = nullptr;  // for the SIGABRT handler: the run whose trac
 class Simulation {
  public:
   explicit Simulation(const SimConfig& config)
-      : config_(config), prng_(mix(config.seed, 0xFA17)), net_prng_(mix(config.seed, 0x4E7)) {}
+      : config_(config),
+        prng_(mix(config.seed, 0xFA17)),
+        net_prng_(mix(config.seed, 0x4E7)),
+        async_prng_(mix(config.seed, 0xA5C5)),
+        async_sync_(async_prng_.chance(1, 2)) {}
 
   SimResult run();
   // Called from the SIGABRT handler: the header and the trace, on stderr.
@@ -539,6 +549,7 @@ class Simulation {
   void crash_replica(ReplicaNode& r, const char* how);
   void append_record(ReplicaNode& r, const PersistRecord& rec);
   void drain_replica(ReplicaNode& r);
+  void complete_sync(ReplicaNode& r);
   void drain_client(ClientNode& c);
   void check_promise(const ReplicaNode& r, const Send& send);
   void route(NodeId from, const Send& send, const Crypto& crypto, Byzantine* byz);
@@ -580,6 +591,11 @@ class Simulation {
   Scenario sc_;
   Prng prng_;      // faults and workload
   Prng net_prng_;  // the network's own choices
+  // Half of the seeds sync like the runtime's sync thread: the sends that do not wait for the log
+  // (send_waits_for_log) leave at once, the others when the sync completes, a random number of ticks later; a
+  // crash in between loses the unsynced records. Its own PRNG, so the other seeds replay exactly as before.
+  Prng async_prng_;
+  bool async_sync_ = false;
   std::unique_ptr<Network> net_;
   std::unique_ptr<Checker> checker_;
   std::vector<std::unique_ptr<ReplicaNode>> replicas_;
@@ -775,6 +791,10 @@ void Simulation::crash_replica(ReplicaNode& r, const char* how) {
   r.service.reset();
   r.up = false;
   r.armed = false;
+  stats_.held_sends_lost += r.held.size();
+  r.held.clear();  // never sent: the sync they waited for did not complete
+  r.must_pos = 0;
+  r.view_pos = 0;
   // Records never covered by a sync may be lost, any suffix of them (effects.h: pre-prepare and committed
   // records are appended without a sync, even though the messages they accompany may have left).
   if (r.log.size() > r.synced) {
@@ -842,9 +862,38 @@ void Simulation::drain_replica(ReplicaNode& r) {
   for (const auto& rec : e.persist) {
     append_record(r, rec);
     must_sync = must_sync || record_must_sync(rec);
+    if (record_must_sync(rec)) r.must_pos = r.log.size();
+    if (std::holds_alternative<ViewRecord>(rec)) r.view_pos = r.log.size();
   }
-  if (must_sync) r.synced = r.log.size();
-  for (const auto& s : e.sends) {
+  if (!async_sync_) {
+    if (must_sync) r.synced = r.log.size();
+    for (const auto& s : e.sends) {
+      if (correct(r)) check_promise(r, s);
+      route(r.id, s, *r.crypto, r.byz.get());
+    }
+    return;
+  }
+  for (auto& s : e.sends) {
+    const std::size_t need = send_waits_for_log(s) ? r.must_pos : r.view_pos;
+    if (need <= r.synced) {
+      // A send that does not wait may overtake held ones, as in the runtime (a waiting one never does: must_pos
+      // only grows, and an unsynced ViewRecord is itself a must-sync record).
+      if (correct(r)) check_promise(r, s);
+      route(r.id, s, *r.crypto, r.byz.get());
+    } else {
+      ++stats_.sends_held_for_sync;
+      r.held.emplace_back(need, std::move(s));
+    }
+  }
+}
+
+// The asynchronous sync of `r` completes: every record appended so far is durable, the held sends leave.
+void Simulation::complete_sync(ReplicaNode& r) {
+  r.synced = r.log.size();
+  std::vector<std::pair<std::size_t, Send>> held = std::move(r.held);
+  r.held.clear();
+  for (auto& [need, s] : held) {
+    BFT_ASSERT(need <= r.synced);
     if (correct(r)) check_promise(r, s);
     route(r.id, s, *r.crypto, r.byz.get());
   }
@@ -1250,6 +1299,7 @@ void Simulation::tick_once() {
   while (net_->pop_due(now_, p)) deliver(p);
   for (auto& r : replicas_) {
     if (!r->up) continue;
+    if (async_sync_ && async_prng_.chance(1, 2)) complete_sync(*r);
     ++step_;
     r->replica->set_wall_clock_ns(now_ * 1'000'000 + r->clock_skew_ns);
     r->replica->on_tick();

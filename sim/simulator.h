@@ -79,6 +79,8 @@ struct SimStats {
   std::uint64_t crashes_between_persist_and_send = 0;
   std::uint64_t torn_persists = 0;  // crashes that also lost the tail of the last persist
   std::uint64_t unsynced_records_lost = 0;  // crashes that lost appended but never synced records
+  std::uint64_t sends_held_for_sync = 0;    // asynchronous-sync seeds: sends that waited for the log
+  std::uint64_t held_sends_lost = 0;        // ... and were never sent: their replica crashed first
   std::uint64_t restarts = 0;
   std::uint64_t all_crashes = 0;
   std::uint64_t partitions = 0;

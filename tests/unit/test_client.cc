@@ -392,3 +392,19 @@ TEST_CASE("client counts invalid replies as rejected and ignores speculative one
   fx.reply(2, id, kResult, 0, false);
   CHECK(fx.client->take_completions().size() == 1);
 }
+
+TEST_CASE("client wants replies to pending requests only, and keeps unknown ids to be checked") {
+  Fixture fx;
+  const std::uint64_t id = fx.client->submit(Bytes{1});
+  (void)fx.sends();
+  CHECK(fx.client->wants_reply(id));
+  CHECK(fx.client->wants_reply(id + 1));   // never issued: authenticated and counted as a rejection
+  CHECK(fx.client->wants_reply(id - 1));   // below the first id: the same
+  for (NodeId r = 0; r <= kF; ++r) fx.reply(r, id, kResult, 0);  // f+1 committed replies: complete
+  REQUIRE(fx.client->take_completions().size() == 1);
+  CHECK_FALSE(fx.client->wants_reply(id));  // the late replies of the slower replicas are dropped unread
+  const std::uint64_t rejected = fx.client->stats().replies_rejected;
+  fx.reply(3, id, kResult, 0);  // and would be ignored anyway, without counting as a rejection
+  CHECK(fx.client->stats().replies_rejected == rejected);
+  CHECK(fx.client->take_completions().empty());
+}

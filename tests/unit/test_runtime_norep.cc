@@ -222,3 +222,24 @@ TEST_CASE("status files round trip through the flat reader, nested groups includ
   std::map<std::string, std::string> none;
   CHECK_FALSE(read_status_file(t.path + "/missing.json", none).empty());
 }
+
+TEST_CASE("norep: clients of one event base share a connection, and each keeps working as others come and go",
+          "[runtime][norep]") {
+  NorepFixture f;
+  EventBasePtr base = make_event_base();
+  std::unique_ptr<DirectClient> a;
+  std::unique_ptr<DirectClient> b;
+  REQUIRE(DirectClient::create(base.get(), f.conf, 4, ReplicaAddress{}, a).empty());
+  REQUIRE(DirectClient::create(base.get(), f.conf, 5, ReplicaAddress{}, b).empty());
+  CHECK(increments(base.get(), *a, 3).size() == 3);
+  CHECK(increments(base.get(), *b, 3).size() == 3);
+  a.reset();  // the transport's first identity goes; the connection stays for b
+  CHECK(increments(base.get(), *b, 3).back() == 9);  // one counter for all clients
+  REQUIRE(DirectClient::create(base.get(), f.conf, 6, ReplicaAddress{}, a).empty());  // joins b's connection
+  CHECK(increments(base.get(), *a, 2).size() == 2);
+  a.reset();
+  b.reset();  // the last one: the connection closes, and the server forgets every client bound to it
+  std::unique_ptr<DirectClient> c;
+  REQUIRE(DirectClient::create(base.get(), f.conf, 5, ReplicaAddress{}, c).empty());
+  CHECK(increments(base.get(), *c, 2).back() == 13);
+}
