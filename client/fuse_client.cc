@@ -365,12 +365,14 @@ struct FuseClient::Impl {
   void getattr(fuse_req_t req, FuseIno id) {
     const auto s = table.snapshot(id);
     if (!s) return (void)freply_err(req, ESTALE);
-    // Our own writes in flight: the committed layer plus their overlay is the newest state we can know
-    // without waiting for them, and it includes them (read-your-writes).
-    if (s->has_pending) return reply_attr(req, id, s->attr);
+    InterruptScope scope(req, table);
+    // Our own writes in flight: their size is in the overlay, but their mtime, ctime and blocks are the
+    // service's (agreed time) and known only once they are final. stat after write must show them, so wait.
+    if (s->has_pending && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
+      return (void)freply_err(req, EINTR);
+    }
     fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
     op.handle = s->handle;
-    InterruptScope scope(req, table);
     CallResult r = call(&scope, single(std::move(op)), true);
     if (r.err != 0) return (void)freply_err(req, r.err);
     table.update_attr(r.result.results[0].attr, r.seq);
