@@ -16,7 +16,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
