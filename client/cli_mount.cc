@@ -19,6 +19,7 @@
 #include "client/local_backend.h"
 #include "client/relay_backend.h"
 #include "common/log.h"
+#include "replica/data_dir_lock.h"
 #include "replica/file_snapshot_store.h"
 
 namespace bftfs::client {
@@ -124,7 +125,15 @@ int cmd_mount(int argc, char** argv) {
   }
 
   std::unique_ptr<FileSnapshotStore> store;
+  // Two daemons on one --local directory would each save their own state over the other's: the second mount
+  // fails instead (the lock is held until this process exits, after the state is saved).
+  DataDirLock lock;
   if (!local_dir.empty()) {
+    const std::string lerr = lock.acquire(local_dir);
+    if (!lerr.empty()) {
+      std::fprintf(stderr, "bftfs mount: --local %s: %s\n", local_dir.c_str(), lerr.c_str());
+      return kExitFailure;
+    }
     const std::string err = FileSnapshotStore::open(local_dir, store);
     if (!err.empty()) {
       std::fprintf(stderr, "bftfs mount: --local %s: %s\n", local_dir.c_str(), err.c_str());

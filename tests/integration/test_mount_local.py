@@ -437,6 +437,12 @@ def test_state_survives_unmount_and_remount(bftfs_bin, tmp_path):
     with Mount(bftfs_bin, tmp_path / "m", tmp_path / "log2", args) as m:
         assert (m.mountpoint / "keep").read_bytes() == b"persisted"
         assert (m.mountpoint / "dir").is_dir()
+        # A second daemon on the same state directory is refused while the first runs.
+        (tmp_path / "m2").mkdir()
+        r = subprocess.run([str(bftfs_bin), "mount", *args, str(tmp_path / "m2"), "-f"], capture_output=True,
+                           text=True, timeout=20)
+        assert r.returncode == 1 and "--local" in r.stderr, r.stderr
+        assert not os.path.ismount(tmp_path / "m2")
 
 
 def test_daemon_mode_detaches_and_exits_at_umount(bftfs_bin, tmp_path):
