@@ -129,7 +129,12 @@ int cmd_mount(int argc, char** argv) {
   // fails instead (the lock is held until this process exits, after the state is saved).
   DataDirLock lock;
   if (!local_dir.empty()) {
-    const std::string lerr = lock.acquire(local_dir);
+    // A daemon just unmounted may still be saving its state (umount returns first): give it a moment.
+    std::string lerr = lock.acquire(local_dir);
+    for (int i = 0; i < 60 && !lerr.empty(); ++i) {
+      ::usleep(50 * 1000);
+      lerr = lock.acquire(local_dir);
+    }
     if (!lerr.empty()) {
       std::fprintf(stderr, "bftfs mount: --local %s: %s\n", local_dir.c_str(), lerr.c_str());
       return kExitFailure;
