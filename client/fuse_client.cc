@@ -19,6 +19,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "services/fs/fs_service.h"
 
 namespace bftfs::client {
 
@@ -30,6 +31,7 @@ constexpr fs::Handle kRootHandle = fs::Handle{false, 0, 1, 1};
 constexpr std::uint32_t kReadChunkBytes = fs::kIoBytesMax;
 // The largest write() the kernel sends (conn->max_write) is this many 512 KiB WRITE ops, one request each.
 constexpr std::size_t kWriteOpsPerRequest = 2;
+const std::uint64_t kFileBytesMax = fs::FsOptions{}.file_bytes_max;
 
 // ---- errno: one table from the wire's Linux errnos and our own failures to what FUSE replies ----
 // The wire carries Linux errno values (services/fs/fs_codec.h err::); this daemon runs on Linux, so a valid
@@ -422,6 +424,16 @@ struct FuseClient::Impl {
     }
     op.mask = m;
     if (m == 0) op.code = OpCode::kGetattr;  // only ctime or kill-suid asked: nothing the wire sets by itself
+    // A write or truncate by a non-owner makes the kernel clear S_ISUID/S_ISGID with a SETATTR of the mode in
+    // the writer's name; the service lets only the owner change a mode. The kernel already decided the
+    // clearing (under default_permissions), so a change that only drops those bits goes with root credentials.
+    if (m == fs::setattr::kMode && opt.default_permissions) {
+      const auto s = table.snapshot(id);
+      if (s && s->attr.uid != op.cred.uid && (s->attr.mode & 06000) != 0 &&
+          op.mode == (s->attr.mode & ~static_cast<std::uint32_t>(06000)) ) {
+        op.cred = fs::Cred{0, 0, {}};
+      }
+    }
     CallResult r = call(&scope, single(std::move(op)), m == 0);
     if (r.err != 0) return (void)freply_err(req, r.err);
     table.update_attr(r.result.results[0].attr, r.seq);
@@ -775,6 +787,12 @@ struct FuseClient::Impl {
     if (!h) return (void)freply_err(req, ESTALE);
     if (off < 0) return (void)freply_err(req, EINVAL);
     if (size > kWriteOpsPerRequest * fs::kIoBytesMax) return (void)freply_err(req, EINVAL);
+    // The service's file size limit (the default FsOptions every daemon uses), checked here so that write()
+    // itself fails: a write-behind error at close is easily ignored by programs. The service checks again.
+    const bool append_mode = of != nullptr && (of->flags & O_APPEND) != 0;
+    if (!append_mode && static_cast<std::uint64_t>(off) + size > kFileBytesMax) {
+      return (void)freply_err(req, EFBIG);
+    }
     {
       InterruptScope scope(req, table);
       const std::uint64_t limit = opt.write_behind_bytes_max > size ? opt.write_behind_bytes_max - size : 0;
@@ -813,9 +831,13 @@ struct FuseClient::Impl {
     freply_write(req, size);
   }
 
-  void flush(fuse_req_t req, FuseIno id) {
+  void flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     InterruptScope scope(req, table);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+    // The kernel may have cached attributes from before the last write became final (mtime and ctime are the
+    // service's): after close, stat must show the write, so drop them (attributes only; safe in a handler:
+    // the kernel holds no inode lock while it waits for FLUSH).
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) fuse_lowlevel_notify_inval_inode(se, id, -1, 0);
     freply_err(req, to_errno_or_zero(table.take_write_error(id)));
   }
 
@@ -1002,7 +1024,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
   impl_of(req)->write(req, ino, buf, size, off, fi);
 }
-void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { impl_of(req)->flush(req, ino); }
+void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->flush(req, ino, fi); }
 void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->release(req, ino, fi); }
 void op_fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->opendir(req, ino, fi); }

@@ -179,19 +179,50 @@ def test_append_descriptors_never_overwrite_each_other(mnt):
     assert sorted(lines) == sorted([b"a%03d" % i for i in range(50)] + [b"b%03d" % i for i in range(50)])
 
 
-def test_write_errors_are_reported_by_fsync_and_close(mnt):
-    """Writes are answered at once; an error the service returns later (here EFBIG beyond the 1 TiB file size
-    limit) comes back from fsync, once."""
+def test_write_beyond_the_file_size_limit_fails_at_write(mnt):
+    """EFBIG from write() itself (beyond the service's 1 TiB limit), not later from close: write-behind must
+    not turn a certain failure into a close() error that programs ignore."""
     p = mnt / "huge"
     fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        os.pwrite(fd, b"late", 1 << 41)
-        assert errno_of(lambda: os.fsync(fd)) == errno.EFBIG
+        assert errno_of(lambda: os.pwrite(fd, b"late", 1 << 41)) == errno.EFBIG
         os.pwrite(fd, b"ok", 0)
         os.fsync(fd)
     finally:
         os.close(fd)
-    assert p.read_bytes()[:2] == b"ok"
+    assert p.read_bytes() == b"ok"
+
+
+def test_stat_after_close_shows_the_last_writes_mtime(mnt):
+    p = mnt / "m"
+    p.write_bytes(b"y" * 123)
+    for _ in range(20):
+        fd = os.open(p, os.O_RDWR)
+        before = os.fstat(fd).st_mtime_ns
+        os.pwrite(fd, b"Z", 122)
+        during = os.fstat(fd).st_mtime_ns
+        os.close(fd)
+        assert os.stat(p).st_mtime_ns == during
+        assert during >= before
+
+
+def test_non_owner_write_and_truncate_clear_setuid_and_setgid(mnt):
+    d = shared_dir(mnt)
+    p = d / "suid"
+    p.write_bytes(b"abc")
+    os.chmod(p, 0o6777)
+
+    def write():
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            os.pwrite(fd, b"x", 0)
+        finally:
+            os.close(fd)
+        os.truncate(p, 2)
+        return stat.S_IMODE(os.stat(p).st_mode)
+
+    assert as_user(*USER_A, write) == 0o777
+    assert p.read_bytes() == b"xb"
 
 
 # ---------------------------------------------------------------------------------------------------------
