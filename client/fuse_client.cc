@@ -9,6 +9,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
+#include <chrono>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <sys/stat.h>
@@ -29,6 +32,8 @@ using fs::OpCode;
 
 constexpr fs::Handle kRootHandle = fs::Handle{false, 0, 1, 1};
 constexpr std::uint32_t kReadChunkBytes = fs::kIoBytesMax;
+// The directory at the root where open-unlinked files wait for their last close (never listed).
+const std::string kOrphanDir = ".bftfs-orphans";
 // The largest write() the kernel sends (conn->max_write) is this many 512 KiB WRITE ops, one request each.
 constexpr std::size_t kWriteOpsPerRequest = 2;
 const std::uint64_t kFileBytesMax = fs::FsOptions{}.file_bytes_max;
@@ -234,8 +239,48 @@ struct FuseClient::Impl {
   std::string mountpoint;
   std::atomic<std::uint64_t> next_seq{1};
   std::atomic<bool> mounted{false};
+  // Hidden files of this mount (silly renames) go to one directory at the root that readdir never lists, so
+  // user-visible directories never show them and can be removed while such files are open.
+  std::mutex orphans_mu;
+  std::optional<fs::Handle> orphans;
+  const std::string silly_prefix = std::to_string(::getpid()) + "-" + std::to_string(::time(nullptr)) + "-";
+  // Opens take it shared and name removals exclusive, so "is this file open here?" and the removal are
+  // atomic with respect to this mount's opens (an open either registers first and the remover hides the
+  // file, or starts after the removal and finds no file).
+  std::shared_timed_mutex ns_mu;
 
   explicit Impl(MountOptions o) : opt(o) {}
+
+  // Locks ns_mu (shared or exclusive) unless `scope` is interrupted first; the holder only waits for the
+  // backend, interruptibly, so a waiter here stays killable.
+  class NsLock {
+   public:
+    NsLock(std::shared_timed_mutex& mu, InterruptScope& scope, bool exclusive) : mu_(mu), exclusive_(exclusive) {
+      while (!scope.interrupted()) {
+        if (exclusive ? mu.try_lock_for(std::chrono::milliseconds(20))
+                      : mu.try_lock_shared_for(std::chrono::milliseconds(20))) {
+          held_ = true;
+          return;
+        }
+      }
+    }
+    ~NsLock() {
+      if (!held_) return;
+      if (exclusive_) {
+        mu_.unlock();
+      } else {
+        mu_.unlock_shared();
+      }
+    }
+    NsLock(const NsLock&) = delete;
+    NsLock& operator=(const NsLock&) = delete;
+    bool held() const { return held_; }
+
+   private:
+    std::shared_timed_mutex& mu_;
+    bool exclusive_;
+    bool held_ = false;
+  };
 
   // ---- calling the backend ----
 
@@ -532,27 +577,75 @@ struct FuseClient::Impl {
     return id;
   }
 
-  // Renames (dir, name) of open node `id` to a hidden name in the same directory. Returns 0 or an errno.
+  // The orphan directory's handle, made (mode 01777, root's) the first time. Returns 0 or an errno.
+  int orphan_dir(InterruptScope& scope, bool refresh, fs::Handle& out) {
+    {
+      std::lock_guard<std::mutex> lock(orphans_mu);
+      if (orphans && !refresh) {
+        out = *orphans;
+        return 0;
+      }
+    }
+    const fs::Cred root{0, 0, {}};
+    fs::Op mk = make_op(OpCode::kMkdir, root);
+    mk.handle = kRootHandle;
+    mk.name = kOrphanDir;
+    mk.mode = 01777;
+    CallResult r = call(&scope, single(std::move(mk)), false);
+    if (r.err == EEXIST) {
+      fs::Op lk = make_op(OpCode::kLookup, root);
+      lk.handle = kRootHandle;
+      lk.name = kOrphanDir;
+      r = call(&scope, single(std::move(lk)), true);
+    }
+    if (r.err != 0) return r.err;
+    const fs::Attr& a = r.result.results[0].attr;
+    if (a.type != fs::FileType::kDirectory) return EIO;
+    std::lock_guard<std::mutex> lock(orphans_mu);
+    orphans = a.handle();
+    out = *orphans;
+    return 0;
+  }
+
+  bool is_orphan_dir(const fs::Handle& h) {
+    std::lock_guard<std::mutex> lock(orphans_mu);
+    return orphans && *orphans == h;
+  }
+
+  // Moves (dir, name) of open node `id` to a hidden name in the orphan directory, then runs `then` (the same
+  // request: all or nothing). Returns 0 or an errno.
   int hide(InterruptScope& scope, const fs::Cred& cred, FuseIno id, const fs::Handle& dir, const std::string& name,
            std::vector<fs::Op>* then) {
     const auto h = table.handle(id);
     BFT_ASSERT(h.has_value());
-    const std::string hidden = table.silly_name_for(*h);
-    fs::Request req;
-    fs::Op op = make_op(OpCode::kRename, cred);
-    op.handle = dir;
-    op.name = name;
-    op.handle2 = dir;
-    op.name2 = hidden;
-    req.ops.push_back(std::move(op));
-    if (then != nullptr) {
-      for (auto& o : *then) req.ops.push_back(std::move(o));
+    const std::string hidden = silly_prefix + table.silly_name_for(*h);
+    // Under default_permissions the kernel already checked that the caller may remove the name (w+x on the
+    // directory, the sticky rule), so the move goes as root; otherwise as the caller (the orphan directory
+    // is writable by all).
+    const fs::Cred mover = opt.default_permissions ? fs::Cred{0, 0, {}} : cred;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      fs::Handle od;
+      const int e = orphan_dir(scope, attempt > 0, od);
+      if (e != 0) return e;
+      fs::Request req;
+      fs::Op op = make_op(OpCode::kRename, mover);
+      op.handle = dir;
+      op.name = name;
+      op.handle2 = od;
+      op.name2 = hidden;
+      req.ops.push_back(std::move(op));
+      if (then != nullptr) {
+        for (const auto& o : *then) req.ops.push_back(o);
+      }
+      CallResult r = call(&scope, req, false);
+      // The orphan directory was removed behind our back: make it again, once.
+      if (r.err == ESTALE && attempt == 0 && r.result.stop == 0) continue;
+      if (r.err != 0) return r.err;
+      // Closed meanwhile: nobody will remove the hidden name at release, so do it now.
+      if (!table.set_silly(id, SillyName{od, hidden})) remove_hidden(SillyName{od, hidden});
+      return 0;
     }
-    CallResult r = call(&scope, req, false);
-    if (r.err != 0) return r.err;
-    // Closed meanwhile: nobody will remove the hidden name at release, so do it now.
-    if (!table.set_silly(id, SillyName{dir, hidden})) remove_hidden(SillyName{dir, hidden});
-    return 0;
+    return EIO;
   }
 
   void remove_hidden(const SillyName& s) {
@@ -570,8 +663,11 @@ struct FuseClient::Impl {
     if (!dir) return (void)freply_err(req, ESTALE);
     const fs::Cred cred = cred_of(req);
     InterruptScope scope(req, table);
+    NsLock ns(ns_mu, scope, true);
+    if (!ns.held()) return (void)freply_err(req, EINTR);
     int err = 0;
-    const auto open_id = open_last_link(scope, cred, *dir, name, err);
+    // A name in the orphan directory is removed for real (hiding it again would never end).
+    const auto open_id = is_orphan_dir(*dir) ? std::nullopt : open_last_link(scope, cred, *dir, name, err);
     if (err != 0) return (void)freply_err(req, err);
     if (open_id) return (void)freply_err(req, hide(scope, cred, *open_id, *dir, name, nullptr));
     fs::Op op = make_op(OpCode::kRemove, cred);
@@ -623,8 +719,10 @@ struct FuseClient::Impl {
       }
       return (void)freply_err(req, res.err);
     }
+    NsLock ns(ns_mu, scope, true);
+    if (!ns.held()) return (void)freply_err(req, EINTR);
     int err = 0;
-    const auto open_id = open_last_link(scope, cred, *to, newname, err);
+    const auto open_id = is_orphan_dir(*to) ? std::nullopt : open_last_link(scope, cred, *to, newname, err);
     if (err != 0) return (void)freply_err(req, err);
     if (open_id) {
       // Renaming a name onto another link of the same file is a no-op: do not hide it then.
@@ -678,6 +776,8 @@ struct FuseClient::Impl {
     if (!s) return (void)freply_err(req, ESTALE);
     const fs::Cred cred = cred_of(req);
     InterruptScope scope(req, table);
+    NsLock ns(ns_mu, scope, false);
+    if (!ns.held()) return (void)freply_err(req, EINTR);
     fs::Attr attr = s->attr;
     if (!s->has_pending) {
       // Close-to-open: the attributes at open come from the service, never from a cache.
@@ -730,6 +830,8 @@ struct FuseClient::Impl {
       r.ops.push_back(std::move(t));
     }
     InterruptScope scope(req, table);
+    NsLock ns(ns_mu, scope, false);
+    if (!ns.held()) return (void)freply_err(req, EINTR);
     CallResult res = call(&scope, r, false);
     if (res.err != 0) return (void)freply_err(req, res.err);
     if (res.result.results[0].attr.type == fs::FileType::kDirectory) return (void)freply_err(req, EISDIR);
@@ -894,8 +996,10 @@ struct FuseClient::Impl {
     if (r.err != 0) return (void)freply_err(req, r.err);
     std::vector<char> buf(size);
     std::size_t used = 0;
+    const bool root = *h == kRootHandle;
     for (const fs::DirEntry& d : r.result.results[0].entries) {
       const off_t next = static_cast<off_t>(d.cookie);
+      if (root && d.name == kOrphanDir) continue;  // the mount's hidden files are nobody's entries
       if (!plus) {
         struct stat st {};
         st.st_ino = d.ino;
