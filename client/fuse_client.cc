@@ -474,8 +474,11 @@ struct FuseClient::Impl {
     // clearing (under default_permissions), so a change that only drops those bits goes with root credentials.
     if (m == fs::setattr::kMode && opt.default_permissions) {
       const auto s = table.snapshot(id);
-      if (s && s->attr.uid != op.cred.uid && (s->attr.mode & 06000) != 0 &&
-          op.mode == (s->attr.mode & ~static_cast<std::uint32_t>(06000)) ) {
+      const std::uint32_t old_mode = s ? s->attr.mode : 0;
+      const bool only_clears_ids = (op.mode & ~06000u) == (old_mode & ~06000u) &&  // nothing else changes
+                                   (op.mode & ~old_mode) == 0 &&                  // no bit is set
+                                   op.mode != old_mode;                            // some bit is cleared
+      if (s && s->attr.uid != op.cred.uid && only_clears_ids) {
         op.cred = fs::Cred{0, 0, {}};
       }
     }
