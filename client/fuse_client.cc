@@ -421,6 +421,14 @@ struct FuseClient::Impl {
     fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
     op.handle = s->handle;
     CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err == ESTALE && s->opens > 0) {
+      // Removed while open here (a directory someone rmdir'ed, our cwd): on a local file system fstat still
+      // works and shows no links.
+      fs::Attr gone = s->attr;
+      gone.nlink = 0;
+      const struct stat st = to_stat(gone);
+      return (void)freply_attr(req, &st, 0);
+    }
     if (r.err != 0) return (void)freply_err(req, r.err);
     table.update_attr(r.result.results[0].attr, r.seq);
     reply_attr(req, id, r.result.results[0].attr);
@@ -502,7 +510,10 @@ struct FuseClient::Impl {
   // MKNOD, MKDIR, SYMLINK and CREATE without open: one op that returns the new object's Attr.
   void make_entry(fuse_req_t req, fs::Op op) {
     InterruptScope scope(req, table);
+    const OpCode code = op.code;
     CallResult r = call(&scope, single(std::move(op)), false);
+    // The directory is gone (removed while we held it, e.g. as a cwd): no new entry there, as on Linux.
+    if (r.err == ESTALE && code != OpCode::kLink) return (void)freply_err(req, ENOENT);
     if (r.err != 0) return (void)freply_err(req, r.err);
     reply_entry(req, r.result.results[0].attr, r.seq);
   }
@@ -981,7 +992,8 @@ struct FuseClient::Impl {
       if (e != 0) return (void)freply_err(req, e);
     }
     fi->fh = 0;
-    freply_open(req, fi);
+    (void)table.opened(id, DataVersion{});
+    if (freply_open(req, fi) != 0) (void)table.released(id);
   }
 
   void readdir(fuse_req_t req, FuseIno id, size_t size, off_t off, bool plus) {
@@ -996,6 +1008,7 @@ struct FuseClient::Impl {
     op.count = static_cast<std::uint32_t>(std::clamp<std::size_t>(size / per + 1, 1, fs::kReaddirEntriesMax));
     InterruptScope scope(req, table);
     CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err == ESTALE) return (void)freply_buf(req, nullptr, 0);  // removed while open: reads as empty
     if (r.err != 0) return (void)freply_err(req, r.err);
     std::vector<char> buf(size);
     std::size_t used = 0;
@@ -1141,7 +1154,10 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   impl_of(req)->readdir(req, ino, size, off, true);
 }
-void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { freply_err(req, 0); }
+void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  (void)impl_of(req)->table.released(ino);
+  freply_err(req, 0);
+}
 void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
 void op_statfs(fuse_req_t req, fuse_ino_t) { impl_of(req)->statfs(req); }
 void op_access(fuse_req_t req, fuse_ino_t ino, int mask) { impl_of(req)->access(req, ino, mask); }

@@ -261,6 +261,23 @@ def test_readdir_lists_every_entry_once_across_many_calls(mnt):
     assert set(sorted(names)[700:]) <= set(seen)
 
 
+def test_removed_directory_still_open_reads_empty_and_refuses_entries(mnt):
+    d = mnt / "gone"
+    d.mkdir()
+    fd = os.open(d, os.O_RDONLY)
+    cwd = os.getcwd()
+    try:
+        os.chdir(d)
+        os.rmdir(d)
+        assert os.fstat(fd).st_nlink == 0
+        assert os.listdir(".") == []
+        assert errno_of(lambda: open("new", "wb")) == errno.ENOENT
+        assert errno_of(lambda: os.mkdir("sub")) == errno.ENOENT
+    finally:
+        os.chdir(cwd)
+        os.close(fd)
+
+
 def test_hard_links_count_and_share_data(mnt):
     a = mnt / "a"
     a.write_bytes(b"one")
