@@ -19,6 +19,7 @@
 #include "client/local_backend.h"
 #include "client/relay_backend.h"
 #include "common/log.h"
+#include "replica/data_dir_lock.h"
 #include "replica/file_snapshot_store.h"
 
 namespace bftfs::client {
@@ -124,7 +125,20 @@ int cmd_mount(int argc, char** argv) {
   }
 
   std::unique_ptr<FileSnapshotStore> store;
+  // Two daemons on one --local directory would each save their own state over the other's: the second mount
+  // fails instead (the lock is held until this process exits, after the state is saved).
+  DataDirLock lock;
   if (!local_dir.empty()) {
+    // A daemon just unmounted may still be saving its state (umount returns first): give it a moment.
+    std::string lerr = lock.acquire(local_dir);
+    for (int i = 0; i < 60 && !lerr.empty(); ++i) {
+      ::usleep(50 * 1000);
+      lerr = lock.acquire(local_dir);
+    }
+    if (!lerr.empty()) {
+      std::fprintf(stderr, "bftfs mount: --local %s: %s\n", local_dir.c_str(), lerr.c_str());
+      return kExitFailure;
+    }
     const std::string err = FileSnapshotStore::open(local_dir, store);
     if (!err.empty()) {
       std::fprintf(stderr, "bftfs mount: --local %s: %s\n", local_dir.c_str(), err.c_str());

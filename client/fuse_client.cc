@@ -9,6 +9,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
+#include <chrono>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <sys/stat.h>
@@ -19,6 +22,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "services/fs/fs_service.h"
 
 namespace bftfs::client {
 
@@ -28,9 +32,11 @@ using fs::OpCode;
 
 constexpr fs::Handle kRootHandle = fs::Handle{false, 0, 1, 1};
 constexpr std::uint32_t kReadChunkBytes = fs::kIoBytesMax;
-// READ results of two maximal ops would exceed kFsResultBytesMax; writes have small results, so one request
-// carries up to this many WRITE ops (FUSE's largest write is 1 MiB = two ops).
-constexpr std::size_t kWriteOpsPerRequest = 4;
+// The directory at the root where open-unlinked files wait for their last close (never listed).
+const std::string kOrphanDir = ".bftfs-orphans";
+// The largest write() the kernel sends (conn->max_write) is this many 512 KiB WRITE ops, one request each.
+constexpr std::size_t kWriteOpsPerRequest = 2;
+const std::uint64_t kFileBytesMax = fs::FsOptions{}.file_bytes_max;
 
 // ---- errno: one table from the wire's Linux errnos and our own failures to what FUSE replies ----
 // The wire carries Linux errno values (services/fs/fs_codec.h err::); this daemon runs on Linux, so a valid
@@ -233,8 +239,48 @@ struct FuseClient::Impl {
   std::string mountpoint;
   std::atomic<std::uint64_t> next_seq{1};
   std::atomic<bool> mounted{false};
+  // Hidden files of this mount (silly renames) go to one directory at the root that readdir never lists, so
+  // user-visible directories never show them and can be removed while such files are open.
+  std::mutex orphans_mu;
+  std::optional<fs::Handle> orphans;
+  const std::string silly_prefix = std::to_string(::getpid()) + "-" + std::to_string(::time(nullptr)) + "-";
+  // Opens take it shared and name removals exclusive, so "is this file open here?" and the removal are
+  // atomic with respect to this mount's opens (an open either registers first and the remover hides the
+  // file, or starts after the removal and finds no file).
+  std::shared_timed_mutex ns_mu;
 
   explicit Impl(MountOptions o) : opt(o) {}
+
+  // Locks ns_mu (shared or exclusive) unless `scope` is interrupted first; the holder only waits for the
+  // backend, interruptibly, so a waiter here stays killable.
+  class NsLock {
+   public:
+    NsLock(std::shared_timed_mutex& mu, InterruptScope& scope, bool exclusive) : mu_(mu), exclusive_(exclusive) {
+      while (!scope.interrupted()) {
+        if (exclusive ? mu.try_lock_for(std::chrono::milliseconds(20))
+                      : mu.try_lock_shared_for(std::chrono::milliseconds(20))) {
+          held_ = true;
+          return;
+        }
+      }
+    }
+    ~NsLock() {
+      if (!held_) return;
+      if (exclusive_) {
+        mu_.unlock();
+      } else {
+        mu_.unlock_shared();
+      }
+    }
+    NsLock(const NsLock&) = delete;
+    NsLock& operator=(const NsLock&) = delete;
+    bool held() const { return held_; }
+
+   private:
+    std::shared_timed_mutex& mu_;
+    bool exclusive_;
+    bool held_ = false;
+  };
 
   // ---- calling the backend ----
 
@@ -366,13 +412,23 @@ struct FuseClient::Impl {
   void getattr(fuse_req_t req, FuseIno id) {
     const auto s = table.snapshot(id);
     if (!s) return (void)freply_err(req, ESTALE);
-    // Our own writes in flight: the committed layer plus their overlay is the newest state we can know
-    // without waiting for them, and it includes them (read-your-writes).
-    if (s->has_pending) return reply_attr(req, id, s->attr);
+    InterruptScope scope(req, table);
+    // Our own writes in flight: their size is in the overlay, but their mtime, ctime and blocks are the
+    // service's (agreed time) and known only once they are final. stat after write must show them, so wait.
+    if (s->has_pending && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
+      return (void)freply_err(req, EINTR);
+    }
     fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
     op.handle = s->handle;
-    InterruptScope scope(req, table);
     CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err == ESTALE && s->opens > 0) {
+      // Removed while open here (a directory someone rmdir'ed, our cwd): on a local file system fstat still
+      // works and shows no links.
+      fs::Attr gone = s->attr;
+      gone.nlink = 0;
+      const struct stat st = to_stat(gone);
+      return (void)freply_attr(req, &st, 0);
+    }
     if (r.err != 0) return (void)freply_err(req, r.err);
     table.update_attr(r.result.results[0].attr, r.seq);
     reply_attr(req, id, r.result.results[0].attr);
@@ -421,6 +477,19 @@ struct FuseClient::Impl {
     }
     op.mask = m;
     if (m == 0) op.code = OpCode::kGetattr;  // only ctime or kill-suid asked: nothing the wire sets by itself
+    // A write or truncate by a non-owner makes the kernel clear S_ISUID/S_ISGID with a SETATTR of the mode in
+    // the writer's name; the service lets only the owner change a mode. The kernel already decided the
+    // clearing (under default_permissions), so a change that only drops those bits goes with root credentials.
+    if (m == fs::setattr::kMode && opt.default_permissions) {
+      const auto s = table.snapshot(id);
+      const std::uint32_t old_mode = s ? s->attr.mode : 0;
+      const bool only_clears_ids = (op.mode & ~06000u) == (old_mode & ~06000u) &&  // nothing else changes
+                                   (op.mode & ~old_mode) == 0 &&                  // no bit is set
+                                   op.mode != old_mode;                            // some bit is cleared
+      if (s && s->attr.uid != op.cred.uid && only_clears_ids) {
+        op.cred = fs::Cred{0, 0, {}};
+      }
+    }
     CallResult r = call(&scope, single(std::move(op)), m == 0);
     if (r.err != 0) return (void)freply_err(req, r.err);
     table.update_attr(r.result.results[0].attr, r.seq);
@@ -441,7 +510,10 @@ struct FuseClient::Impl {
   // MKNOD, MKDIR, SYMLINK and CREATE without open: one op that returns the new object's Attr.
   void make_entry(fuse_req_t req, fs::Op op) {
     InterruptScope scope(req, table);
+    const OpCode code = op.code;
     CallResult r = call(&scope, single(std::move(op)), false);
+    // The directory is gone (removed while we held it, e.g. as a cwd): no new entry there, as on Linux.
+    if (r.err == ESTALE && code != OpCode::kLink) return (void)freply_err(req, ENOENT);
     if (r.err != 0) return (void)freply_err(req, r.err);
     reply_entry(req, r.result.results[0].attr, r.seq);
   }
@@ -519,27 +591,75 @@ struct FuseClient::Impl {
     return id;
   }
 
-  // Renames (dir, name) of open node `id` to a hidden name in the same directory. Returns 0 or an errno.
+  // The orphan directory's handle, made (mode 01777, root's) the first time. Returns 0 or an errno.
+  int orphan_dir(InterruptScope& scope, bool refresh, fs::Handle& out) {
+    {
+      std::lock_guard<std::mutex> lock(orphans_mu);
+      if (orphans && !refresh) {
+        out = *orphans;
+        return 0;
+      }
+    }
+    const fs::Cred root{0, 0, {}};
+    fs::Op mk = make_op(OpCode::kMkdir, root);
+    mk.handle = kRootHandle;
+    mk.name = kOrphanDir;
+    mk.mode = 01777;
+    CallResult r = call(&scope, single(std::move(mk)), false);
+    if (r.err == EEXIST) {
+      fs::Op lk = make_op(OpCode::kLookup, root);
+      lk.handle = kRootHandle;
+      lk.name = kOrphanDir;
+      r = call(&scope, single(std::move(lk)), true);
+    }
+    if (r.err != 0) return r.err;
+    const fs::Attr& a = r.result.results[0].attr;
+    if (a.type != fs::FileType::kDirectory) return EIO;
+    std::lock_guard<std::mutex> lock(orphans_mu);
+    orphans = a.handle();
+    out = *orphans;
+    return 0;
+  }
+
+  bool is_orphan_dir(const fs::Handle& h) {
+    std::lock_guard<std::mutex> lock(orphans_mu);
+    return orphans && *orphans == h;
+  }
+
+  // Moves (dir, name) of open node `id` to a hidden name in the orphan directory, then runs `then` (the same
+  // request: all or nothing). Returns 0 or an errno.
   int hide(InterruptScope& scope, const fs::Cred& cred, FuseIno id, const fs::Handle& dir, const std::string& name,
            std::vector<fs::Op>* then) {
     const auto h = table.handle(id);
     BFT_ASSERT(h.has_value());
-    const std::string hidden = table.silly_name_for(*h);
-    fs::Request req;
-    fs::Op op = make_op(OpCode::kRename, cred);
-    op.handle = dir;
-    op.name = name;
-    op.handle2 = dir;
-    op.name2 = hidden;
-    req.ops.push_back(std::move(op));
-    if (then != nullptr) {
-      for (auto& o : *then) req.ops.push_back(std::move(o));
+    const std::string hidden = silly_prefix + table.silly_name_for(*h);
+    // Under default_permissions the kernel already checked that the caller may remove the name (w+x on the
+    // directory, the sticky rule), so the move goes as root; otherwise as the caller (the orphan directory
+    // is writable by all).
+    const fs::Cred mover = opt.default_permissions ? fs::Cred{0, 0, {}} : cred;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      fs::Handle od;
+      const int e = orphan_dir(scope, attempt > 0, od);
+      if (e != 0) return e;
+      fs::Request req;
+      fs::Op op = make_op(OpCode::kRename, mover);
+      op.handle = dir;
+      op.name = name;
+      op.handle2 = od;
+      op.name2 = hidden;
+      req.ops.push_back(std::move(op));
+      if (then != nullptr) {
+        for (const auto& o : *then) req.ops.push_back(o);
+      }
+      CallResult r = call(&scope, req, false);
+      // The orphan directory was removed behind our back: make it again, once.
+      if (r.err == ESTALE && attempt == 0 && r.result.stop == 0) continue;
+      if (r.err != 0) return r.err;
+      // Closed meanwhile: nobody will remove the hidden name at release, so do it now.
+      if (!table.set_silly(id, SillyName{od, hidden})) remove_hidden(SillyName{od, hidden});
+      return 0;
     }
-    CallResult r = call(&scope, req, false);
-    if (r.err != 0) return r.err;
-    // Closed meanwhile: nobody will remove the hidden name at release, so do it now.
-    if (!table.set_silly(id, SillyName{dir, hidden})) remove_hidden(SillyName{dir, hidden});
-    return 0;
+    return EIO;
   }
 
   void remove_hidden(const SillyName& s) {
@@ -557,8 +677,11 @@ struct FuseClient::Impl {
     if (!dir) return (void)freply_err(req, ESTALE);
     const fs::Cred cred = cred_of(req);
     InterruptScope scope(req, table);
+    NsLock ns(ns_mu, scope, true);
+    if (!ns.held()) return (void)freply_err(req, EINTR);
     int err = 0;
-    const auto open_id = open_last_link(scope, cred, *dir, name, err);
+    // A name in the orphan directory is removed for real (hiding it again would never end).
+    const auto open_id = is_orphan_dir(*dir) ? std::nullopt : open_last_link(scope, cred, *dir, name, err);
     if (err != 0) return (void)freply_err(req, err);
     if (open_id) return (void)freply_err(req, hide(scope, cred, *open_id, *dir, name, nullptr));
     fs::Op op = make_op(OpCode::kRemove, cred);
@@ -610,8 +733,10 @@ struct FuseClient::Impl {
       }
       return (void)freply_err(req, res.err);
     }
+    NsLock ns(ns_mu, scope, true);
+    if (!ns.held()) return (void)freply_err(req, EINTR);
     int err = 0;
-    const auto open_id = open_last_link(scope, cred, *to, newname, err);
+    const auto open_id = is_orphan_dir(*to) ? std::nullopt : open_last_link(scope, cred, *to, newname, err);
     if (err != 0) return (void)freply_err(req, err);
     if (open_id) {
       // Renaming a name onto another link of the same file is a no-op: do not hide it then.
@@ -665,6 +790,8 @@ struct FuseClient::Impl {
     if (!s) return (void)freply_err(req, ESTALE);
     const fs::Cred cred = cred_of(req);
     InterruptScope scope(req, table);
+    NsLock ns(ns_mu, scope, false);
+    if (!ns.held()) return (void)freply_err(req, EINTR);
     fs::Attr attr = s->attr;
     if (!s->has_pending) {
       // Close-to-open: the attributes at open come from the service, never from a cache.
@@ -717,6 +844,8 @@ struct FuseClient::Impl {
       r.ops.push_back(std::move(t));
     }
     InterruptScope scope(req, table);
+    NsLock ns(ns_mu, scope, false);
+    if (!ns.held()) return (void)freply_err(req, EINTR);
     CallResult res = call(&scope, r, false);
     if (res.err != 0) return (void)freply_err(req, res.err);
     if (res.result.results[0].attr.type == fs::FileType::kDirectory) return (void)freply_err(req, EISDIR);
@@ -774,6 +903,12 @@ struct FuseClient::Impl {
     if (!h) return (void)freply_err(req, ESTALE);
     if (off < 0) return (void)freply_err(req, EINVAL);
     if (size > kWriteOpsPerRequest * fs::kIoBytesMax) return (void)freply_err(req, EINVAL);
+    // The service's file size limit (the default FsOptions every daemon uses), checked here so that write()
+    // itself fails: a write-behind error at close is easily ignored by programs. The service checks again.
+    const bool append_mode = of != nullptr && (of->flags & O_APPEND) != 0;
+    if (!append_mode && static_cast<std::uint64_t>(off) + size > kFileBytesMax) {
+      return (void)freply_err(req, EFBIG);
+    }
     {
       InterruptScope scope(req, table);
       const std::uint64_t limit = opt.write_behind_bytes_max > size ? opt.write_behind_bytes_max - size : 0;
@@ -783,8 +918,12 @@ struct FuseClient::Impl {
     }
     const bool append = of != nullptr && (of->flags & O_APPEND) != 0;
     const fs::Cred cred = io_cred(of, id, 2);
-    fs::Request r;
-    for (size_t done = 0; done < size || r.ops.empty();) {
+    // One WRITE op of at most 512 KiB per request: a PBFT operation is at most 1 MiB including the shim's
+    // envelope, so two maximal ops would not fit. The requests execute in submission order, so a large
+    // write() is applied in order, like NFS WRITEs of wsize each (not atomic against other clients').
+    NodeTable* t = &table;
+    size_t done = 0;
+    do {
       const size_t n = std::min<size_t>(fs::kIoBytesMax, size - done);
       fs::Op op = make_op(OpCode::kWrite, cred);
       op.handle = *h;
@@ -792,27 +931,29 @@ struct FuseClient::Impl {
       op.offset = append ? 0 : static_cast<std::uint64_t>(off) + done;
       op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
                      reinterpret_cast<const std::uint8_t*>(buf) + done + n);
-      r.ops.push_back(std::move(op));
+      const std::uint64_t seq = next_seq.fetch_add(1);
+      const std::uint64_t offset = op.offset;
+      table.write_submitted(id, offset, n, append);
+      Callbacks cb;
+      cb.on_final = [t, id, offset, n, seq](Final f) {
+        CallResult out = interpret(std::move(f), CallResult{});
+        std::optional<fs::Attr> attr;
+        if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
+        t->write_finished(id, offset, n, static_cast<std::uint32_t>(out.err), attr, seq);
+      };
+      (void)backend->submit(single(std::move(op)), SubmitOptions{}, std::move(cb));
       done += n;
-    }
-    const std::uint64_t seq = next_seq.fetch_add(1);
-    const std::uint64_t offset = static_cast<std::uint64_t>(off);
-    table.write_submitted(id, offset, size, append);
-    Callbacks cb;
-    NodeTable* t = &table;
-    cb.on_final = [t, id, offset, size, seq](Final f) {
-      CallResult out = interpret(std::move(f), CallResult{});
-      std::optional<fs::Attr> attr;
-      if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
-      t->write_finished(id, offset, size, static_cast<std::uint32_t>(out.err), attr, seq);
-    };
-    (void)backend->submit(r, SubmitOptions{}, std::move(cb));
+    } while (done < size);
     freply_write(req, size);
   }
 
-  void flush(fuse_req_t req, FuseIno id) {
+  void flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     InterruptScope scope(req, table);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+    // The kernel may have cached attributes from before the last write became final (mtime and ctime are the
+    // service's): after close, stat must show the write, so drop them (attributes only; safe in a handler:
+    // the kernel holds no inode lock while it waits for FLUSH).
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) fuse_lowlevel_notify_inval_inode(se, id, -1, 0);
     freply_err(req, to_errno_or_zero(table.take_write_error(id)));
   }
 
@@ -851,7 +992,8 @@ struct FuseClient::Impl {
       if (e != 0) return (void)freply_err(req, e);
     }
     fi->fh = 0;
-    freply_open(req, fi);
+    (void)table.opened(id, DataVersion{});
+    if (freply_open(req, fi) != 0) (void)table.released(id);
   }
 
   void readdir(fuse_req_t req, FuseIno id, size_t size, off_t off, bool plus) {
@@ -866,11 +1008,14 @@ struct FuseClient::Impl {
     op.count = static_cast<std::uint32_t>(std::clamp<std::size_t>(size / per + 1, 1, fs::kReaddirEntriesMax));
     InterruptScope scope(req, table);
     CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err == ESTALE) return (void)freply_buf(req, nullptr, 0);  // removed while open: reads as empty
     if (r.err != 0) return (void)freply_err(req, r.err);
     std::vector<char> buf(size);
     std::size_t used = 0;
+    const bool root = *h == kRootHandle;
     for (const fs::DirEntry& d : r.result.results[0].entries) {
       const off_t next = static_cast<off_t>(d.cookie);
+      if (root && d.name == kOrphanDir) continue;  // the mount's hidden files are nobody's entries
       if (!plus) {
         struct stat st {};
         st.st_ino = d.ino;
@@ -956,7 +1101,7 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   if ((conn->capable & FUSE_CAP_CACHE_SYMLINKS) != 0) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
   // The service clears set-uid bits on write, truncate and chown itself.
   if ((conn->capable & FUSE_CAP_HANDLE_KILLPRIV) != 0) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
-  conn->max_write = static_cast<unsigned>(2 * fs::kIoBytesMax);
+  conn->max_write = static_cast<unsigned>(kWriteOpsPerRequest * fs::kIoBytesMax);
   conn->max_readahead = static_cast<unsigned>(fs::kIoBytesMax);
 }
 
@@ -999,7 +1144,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
   impl_of(req)->write(req, ino, buf, size, off, fi);
 }
-void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { impl_of(req)->flush(req, ino); }
+void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->flush(req, ino, fi); }
 void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->release(req, ino, fi); }
 void op_fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->opendir(req, ino, fi); }
@@ -1009,7 +1154,10 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_fil
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   impl_of(req)->readdir(req, ino, size, off, true);
 }
-void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { freply_err(req, 0); }
+void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  (void)impl_of(req)->table.released(ino);
+  freply_err(req, 0);
+}
 void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
 void op_statfs(fuse_req_t req, fuse_ino_t) { impl_of(req)->statfs(req); }
 void op_access(fuse_req_t req, fuse_ino_t ino, int mask) { impl_of(req)->access(req, ino, mask); }
