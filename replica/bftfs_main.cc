@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "client/cli_mount.h"
 #include "replica/cli_common.h"
 
 namespace {
@@ -16,7 +17,8 @@ void print_usage(FILE* out) {
       "  norep      run the unreplicated (NO-REP) baseline server\n"
       "  counter    run counter clients against a cluster or a NO-REP server; prints latency or throughput\n"
       "  cluster    start or stop a local cluster in the background (cluster start|stop --help)\n"
-      "  status     print every replica's status.json as a table\n",
+      "  status     print every replica's status.json as a table\n"
+      "  mount      mount the file system with FUSE (bftfs umount MNT to unmount)\n",
       out);
 }
 
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
   if (cmd == "counter") return cmd_counter(argc, argv);
   if (cmd == "cluster") return cmd_cluster(argc, argv);
   if (cmd == "status") return cmd_status(argc, argv);
+  if (cmd == "mount") return bftfs::client::cmd_mount(argc, argv);
+  if (cmd == "umount") return bftfs::client::cmd_umount(argc, argv);
   std::fprintf(stderr, "bftfs: unknown command '%s'\n", cmd.c_str());
   print_usage(stderr);
   return kExitUsage;
