@@ -53,7 +53,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        clean help
+        posix-external clean help
 
 help:
 	@echo "bftfs make targets:"
@@ -66,6 +66,7 @@ help:
 	@echo "  make lint          -Werror build, pyflakes, purity of protocol/ services/ shim/ sim/"
 	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan (QUICK=1 for a short run)"
 	@echo "  make bench-counter-wan  PBFT-CS vs PBFT vs NO-REP across emulated WAN topologies"
+	@echo "  make posix-external  pjdfstest and fsx (cargo install) against a local bftfs mount"
 	@echo "  make clean         remove build directories"
 
 deps:
@@ -128,6 +129,10 @@ bench-faults: deps all
 
 bench-counter-wan: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_counter_wan.py
+
+# Independent POSIX tools (pjdfstest, fsx-rs; installed with cargo the first time) against a local bftfs mount.
+posix-external: all
+	@BFTFS_BUILD="$(abspath $(BUILD))" bash tests/tools/posix_external.sh
 
 demo: deps all
 	@BFTFS_BUILD="$(abspath $(BUILD))" bash scripts/demo.sh

@@ -230,7 +230,8 @@ class LocalMount:
         self.data.mkdir()
         self.mnt.mkdir()
         extra = os.environ.get("BFTFS_MOUNT_ARGS", "").split()
-        self.daemon = Daemon("mount", [bftfs, "mount", "--local", self.data, self.mnt, *extra],
+        # -f: the daemon stays in the foreground, so this fixture owns (and always stops) the process.
+        self.daemon = Daemon("mount", [bftfs, "mount", "-f", "--local", self.data, self.mnt, *extra],
                              root / "mount.log")
 
     def start(self) -> None:

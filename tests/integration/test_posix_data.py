@@ -211,6 +211,32 @@ def test_a_directory_emptied_by_unlinking_open_files_can_be_removed(d):
         os.close(fd)
 
 
+def test_removing_every_listed_entry_empties_a_directory_with_open_files(d):
+    """What recursive removal does (Rust's remove_dir_all, pjdfstest's clean-up): list, unlink all, repeat
+    until the listing is empty. With files still open, the first round must leave the directory empty; a
+    client that hides open-unlinked files under new visible names makes this loop forever (bounded here)."""
+    os.mkdir(d / "sub")
+    fds = []
+    for i in range(2):
+        write_file(d / "sub" / f"f{i}", b"x")
+        fds.append(os.open(d / "sub" / f"f{i}", os.O_RDONLY))
+    rounds = 0
+    try:
+        while True:
+            names = os.listdir(d / "sub")
+            if not names:
+                break
+            rounds += 1
+            assert rounds <= 3, f"still not empty after {rounds - 1} rounds of unlinking everything: {names}"
+            for n in names:
+                os.unlink(d / "sub" / n)
+        os.rmdir(d / "sub")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert rounds == 1
+
+
 def test_unlinked_open_file_of_another_user(shared_dir):
     """A file whose owner unlinked it stays readable through an fd another user opened before."""
     p = shared_dir / "f"
