@@ -424,6 +424,17 @@ def test_times_before_1970_and_far_future(d):
     assert os.stat(p).st_mtime_ns == future
 
 
+def test_times_beyond_the_range_are_clamped_never_wrapped(d):
+    """2600 is past what some file systems store (ext4: 2446): it may be clamped to the largest time, but must
+    never come back as an earlier time (a wrapped counter)."""
+    p = d / "f"
+    write_file(p)
+    y2600 = 19_880_899_200 * 10**9
+    os.utime(p, ns=(y2600, y2600))
+    got = os.stat(p).st_mtime_ns
+    assert got == y2600 or got >= 13_569_465_600 * 10**9, f"2600-01-01 came back as {got // 10**9} s"
+
+
 def test_utime_changes_ctime(d):
     p = d / "f"
     write_file(p)
