@@ -17,6 +17,7 @@
 
 #include "client/fuse_client.h"
 #include "client/local_backend.h"
+#include "client/relay_backend.h"
 #include "common/log.h"
 #include "replica/file_snapshot_store.h"
 
@@ -29,11 +30,13 @@ constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
 const char* const kMountUsage =
-    "usage: bftfs mount --local DIR MNT [options]\n"
+    "usage: bftfs mount (--relay SOCK | --local DIR) MNT [options]\n"
     "\n"
     "Mounts the bftfs file system at MNT (a FUSE daemon; it detaches unless -f).\n"
     "\n"
     "backend (one of):\n"
+    "  --relay SOCK           a `bftfs relay` listening on the Unix socket SOCK (the replicated file system);\n"
+    "                         while it is unreachable, operations wait and retry (a hard mount)\n"
     "  --local DIR            the file service in this process, no network or replication (the FUSE\n"
     "                         passthrough baseline); its state is saved in DIR at unmount and loaded at mount\n"
     "options:\n"
@@ -71,7 +74,7 @@ int usage_error(const char* usage, const std::string& message) {
 }  // namespace
 
 int cmd_mount(int argc, char** argv) {
-  std::string local_dir, mountpoint, fuse_opts, log_file;
+  std::string relay_sock, local_dir, mountpoint, fuse_opts, log_file;
   bool foreground = false;
   MountOptions mo;
   for (int i = 2; i < argc; ++i) {
@@ -85,6 +88,8 @@ int cmd_mount(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kMountUsage, stdout);
       return kExitOk;
+    } else if (a == "--relay") {
+      if (!value(relay_sock)) return usage_error(kMountUsage, "--relay needs a socket path");
     } else if (a == "--local") {
       if (!value(local_dir)) return usage_error(kMountUsage, "--local needs a directory");
     } else if (a == "-f") {
@@ -109,7 +114,9 @@ int cmd_mount(int argc, char** argv) {
     }
   }
   if (mountpoint.empty()) return usage_error(kMountUsage, "no mount point");
-  if (local_dir.empty()) return usage_error(kMountUsage, "a backend is required (--local DIR)");
+  if (local_dir.empty() == relay_sock.empty()) {
+    return usage_error(kMountUsage, "exactly one backend is required (--relay SOCK or --local DIR)");
+  }
   struct stat st {};
   if (::stat(mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     std::fprintf(stderr, "bftfs mount: %s is not a directory\n", mountpoint.c_str());
@@ -117,10 +124,12 @@ int cmd_mount(int argc, char** argv) {
   }
 
   std::unique_ptr<FileSnapshotStore> store;
-  const std::string err = FileSnapshotStore::open(local_dir, store);
-  if (!err.empty()) {
-    std::fprintf(stderr, "bftfs mount: --local %s: %s\n", local_dir.c_str(), err.c_str());
-    return kExitFailure;
+  if (!local_dir.empty()) {
+    const std::string err = FileSnapshotStore::open(local_dir, store);
+    if (!err.empty()) {
+      std::fprintf(stderr, "bftfs mount: --local %s: %s\n", local_dir.c_str(), err.c_str());
+      return kExitFailure;
+    }
   }
 
   FuseClient client(mo);
@@ -138,12 +147,16 @@ int cmd_mount(int argc, char** argv) {
       ::close(fd);
     }
   }
-  LOG_INFO("", "mount: serving %s (local backend in %s)", mountpoint.c_str(), local_dir.c_str());
   int rc = 0;
-  {
-    LocalBackend backend(store.get());
+  if (store != nullptr) {
+    LOG_INFO("", "mount: serving %s (local backend in %s)", mountpoint.c_str(), local_dir.c_str());
+    LocalBackend backend(store.get());  // its destructor saves the state into DIR
     rc = client.serve(backend);
-  }  // the backend's destructor saves the state
+  } else {
+    LOG_INFO("", "mount: serving %s (relay %s)", mountpoint.c_str(), relay_sock.c_str());
+    RelayBackend backend(relay_sock);
+    rc = client.serve(backend);
+  }
   LOG_INFO("", "mount: %s unmounted, exiting", mountpoint.c_str());
   return rc == 0 ? kExitOk : kExitFailure;
 }

@@ -126,7 +126,7 @@ fs::Request single(fs::Op op) {
 
 // An open file (fuse_file_info::fh).
 struct OpenFile {
-  NodeId node = 0;
+  FuseIno node = 0;
   int flags = 0;
   fs::Cred cred;  // the opener's: I/O on the descriptor was authorized at open (see io_cred)
 };
@@ -309,7 +309,7 @@ struct FuseClient::Impl {
   // ---- replies ----
 
   void reply_entry(fuse_req_t req, const fs::Attr& attr, std::uint64_t seq) {
-    const NodeId id = table.remember(attr, seq);
+    const FuseIno id = table.remember(attr, seq);
     fuse_entry_param e{};
     e.ino = id;
     e.generation = attr.generation;
@@ -321,7 +321,7 @@ struct FuseClient::Impl {
     if (freply_entry(req, &e) != 0) (void)table.forget(id, 1);
   }
 
-  void reply_attr(fuse_req_t req, NodeId id, const fs::Attr& fallback) {
+  void reply_attr(fuse_req_t req, FuseIno id, const fs::Attr& fallback) {
     const auto s = table.snapshot(id);
     const struct stat st = to_stat(s ? s->attr : fallback);
     freply_attr(req, &st, opt.attr_timeout_s);
@@ -331,18 +331,18 @@ struct FuseClient::Impl {
   // a file created 0444 and written through the descriptor that created it (git objects, tar) must work. The
   // service checks every WRITE/READ against the mode, so when the opener's credentials no longer pass the mode
   // check, the I/O goes with root credentials -- the descriptor is the capability the kernel already granted.
-  fs::Cred io_cred(const OpenFile* of, NodeId id, std::uint32_t want) {
+  fs::Cred io_cred(const OpenFile* of, FuseIno id, std::uint32_t want) {
     const auto s = table.snapshot(id);
     if (of == nullptr || !s) return fs::Cred{0, 0, {}};
     if (mode_allows(of->cred, s->attr, want)) return of->cred;
     return fs::Cred{0, 0, {}};
   }
 
-  std::optional<fs::Handle> handle_of(NodeId id) { return table.handle(id); }
+  std::optional<fs::Handle> handle_of(FuseIno id) { return table.handle(id); }
 
   // ---- handlers ----
 
-  void lookup(fuse_req_t req, NodeId parent, const char* name) {
+  void lookup(fuse_req_t req, FuseIno parent, const char* name) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
     fs::Op op = make_op(OpCode::kLookup, cred_of(req));
@@ -361,9 +361,9 @@ struct FuseClient::Impl {
     reply_entry(req, r.result.results[0].attr, r.seq);
   }
 
-  void forget(NodeId id, std::uint64_t n) { (void)table.forget(id, n); }
+  void forget(FuseIno id, std::uint64_t n) { (void)table.forget(id, n); }
 
-  void getattr(fuse_req_t req, NodeId id) {
+  void getattr(fuse_req_t req, FuseIno id) {
     const auto s = table.snapshot(id);
     if (!s) return (void)freply_err(req, ESTALE);
     // Our own writes in flight: the committed layer plus their overlay is the newest state we can know
@@ -378,7 +378,7 @@ struct FuseClient::Impl {
     reply_attr(req, id, r.result.results[0].attr);
   }
 
-  void setattr(fuse_req_t req, NodeId id, const struct stat* attr, int to_set) {
+  void setattr(fuse_req_t req, FuseIno id, const struct stat* attr, int to_set) {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     InterruptScope scope(req, table);
@@ -427,7 +427,7 @@ struct FuseClient::Impl {
     reply_attr(req, id, r.result.results[0].attr);
   }
 
-  void readlink(fuse_req_t req, NodeId id) {
+  void readlink(fuse_req_t req, FuseIno id) {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     fs::Op op = make_op(OpCode::kReadlink, cred_of(req));
@@ -446,7 +446,7 @@ struct FuseClient::Impl {
     reply_entry(req, r.result.results[0].attr, r.seq);
   }
 
-  void mknod(fuse_req_t req, NodeId parent, const char* name, mode_t mode, dev_t rdev) {
+  void mknod(fuse_req_t req, FuseIno parent, const char* name, mode_t mode, dev_t rdev) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
     fs::Op op = make_op(OpCode::kMknod, cred_of(req));
@@ -474,7 +474,7 @@ struct FuseClient::Impl {
     make_entry(req, std::move(op));
   }
 
-  void mkdir(fuse_req_t req, NodeId parent, const char* name, mode_t mode) {
+  void mkdir(fuse_req_t req, FuseIno parent, const char* name, mode_t mode) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
     fs::Op op = make_op(OpCode::kMkdir, cred_of(req));
@@ -484,7 +484,7 @@ struct FuseClient::Impl {
     make_entry(req, std::move(op));
   }
 
-  void symlink(fuse_req_t req, const char* link, NodeId parent, const char* name) {
+  void symlink(fuse_req_t req, const char* link, FuseIno parent, const char* name) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
     fs::Op op = make_op(OpCode::kSymlink, cred_of(req));
@@ -497,7 +497,7 @@ struct FuseClient::Impl {
 
   // If (dir, name) names a regular file this client has open and whose last link that name is, returns its
   // node: removing the name must then hide the file instead (silly rename).
-  std::optional<NodeId> open_last_link(InterruptScope& scope, const fs::Cred& cred, const fs::Handle& dir,
+  std::optional<FuseIno> open_last_link(InterruptScope& scope, const fs::Cred& cred, const fs::Handle& dir,
                                        const std::string& name, int& err) {
     err = 0;
     if (!table.any_open()) return std::nullopt;
@@ -520,7 +520,7 @@ struct FuseClient::Impl {
   }
 
   // Renames (dir, name) of open node `id` to a hidden name in the same directory. Returns 0 or an errno.
-  int hide(InterruptScope& scope, const fs::Cred& cred, NodeId id, const fs::Handle& dir, const std::string& name,
+  int hide(InterruptScope& scope, const fs::Cred& cred, FuseIno id, const fs::Handle& dir, const std::string& name,
            std::vector<fs::Op>* then) {
     const auto h = table.handle(id);
     BFT_ASSERT(h.has_value());
@@ -552,7 +552,7 @@ struct FuseClient::Impl {
     }
   }
 
-  void unlink(fuse_req_t req, NodeId parent, const char* name) {
+  void unlink(fuse_req_t req, FuseIno parent, const char* name) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
     const fs::Cred cred = cred_of(req);
@@ -568,7 +568,7 @@ struct FuseClient::Impl {
     freply_err(req, r.err);
   }
 
-  void rmdir(fuse_req_t req, NodeId parent, const char* name) {
+  void rmdir(fuse_req_t req, FuseIno parent, const char* name) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
     fs::Op op = make_op(OpCode::kRmdir, cred_of(req));
@@ -579,7 +579,7 @@ struct FuseClient::Impl {
     freply_err(req, r.err);
   }
 
-  void rename(fuse_req_t req, NodeId parent, const char* name, NodeId newparent, const char* newname,
+  void rename(fuse_req_t req, FuseIno parent, const char* name, FuseIno newparent, const char* newname,
               unsigned flags) {
     if ((flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) != 0) return (void)freply_err(req, EINVAL);
     const auto from = handle_of(parent);
@@ -630,7 +630,7 @@ struct FuseClient::Impl {
     freply_err(req, r.err);
   }
 
-  void link(fuse_req_t req, NodeId id, NodeId newparent, const char* newname) {
+  void link(fuse_req_t req, FuseIno id, FuseIno newparent, const char* newname) {
     const auto h = handle_of(id);
     const auto dir = handle_of(newparent);
     if (!h || !dir) return (void)freply_err(req, ESTALE);
@@ -660,7 +660,7 @@ struct FuseClient::Impl {
     return r.result.results[0].granted == want ? 0 : EACCES;
   }
 
-  void open(fuse_req_t req, NodeId id, fuse_file_info* fi) {
+  void open(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     const auto s = table.snapshot(id);
     if (!s) return (void)freply_err(req, ESTALE);
     const fs::Cred cred = cred_of(req);
@@ -697,7 +697,7 @@ struct FuseClient::Impl {
     }
   }
 
-  void create(fuse_req_t req, NodeId parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  void create(fuse_req_t req, FuseIno parent, const char* name, mode_t mode, fuse_file_info* fi) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
     const fs::Cred cred = cred_of(req);
@@ -721,7 +721,7 @@ struct FuseClient::Impl {
     if (res.err != 0) return (void)freply_err(req, res.err);
     if (res.result.results[0].attr.type == fs::FileType::kDirectory) return (void)freply_err(req, EISDIR);
     const fs::Attr& attr = res.result.results.back().attr;
-    const NodeId id = table.remember(attr, res.seq);
+    const FuseIno id = table.remember(attr, res.seq);
     (void)table.opened(id, DataVersion{attr.mtime_ns, attr.size});
     auto* of = new OpenFile{id, fi->flags, cred};
     fi->fh = reinterpret_cast<std::uint64_t>(of);
@@ -741,7 +741,7 @@ struct FuseClient::Impl {
     }
   }
 
-  void read(fuse_req_t req, NodeId id, size_t size, off_t off, fuse_file_info* fi) {
+  void read(fuse_req_t req, FuseIno id, size_t size, off_t off, fuse_file_info* fi) {
     auto* of = reinterpret_cast<OpenFile*>(fi->fh);
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
@@ -768,7 +768,7 @@ struct FuseClient::Impl {
     freply_buf(req, reinterpret_cast<const char*>(data.data()), data.size());
   }
 
-  void write(fuse_req_t req, NodeId id, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  void write(fuse_req_t req, FuseIno id, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
     auto* of = reinterpret_cast<OpenFile*>(fi->fh);
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
@@ -810,7 +810,7 @@ struct FuseClient::Impl {
     freply_write(req, size);
   }
 
-  void flush(fuse_req_t req, NodeId id) {
+  void flush(fuse_req_t req, FuseIno id) {
     InterruptScope scope(req, table);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
     freply_err(req, to_errno_or_zero(table.take_write_error(id)));
@@ -818,7 +818,7 @@ struct FuseClient::Impl {
 
   static int to_errno_or_zero(std::uint32_t e) { return e == 0 ? 0 : static_cast<int>(e); }
 
-  void release(fuse_req_t req, NodeId id, fuse_file_info* fi) {
+  void release(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     auto* of = reinterpret_cast<OpenFile*>(fi->fh);
     // Nobody receives release's answer; the writes still have to be final before the file counts as closed.
     (void)table.wait_writes(id, nullptr);
@@ -828,7 +828,7 @@ struct FuseClient::Impl {
     freply_err(req, 0);
   }
 
-  void fsync(fuse_req_t req, NodeId id) {
+  void fsync(fuse_req_t req, FuseIno id) {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     InterruptScope scope(req, table);
@@ -842,7 +842,7 @@ struct FuseClient::Impl {
     freply_err(req, r.err);
   }
 
-  void opendir(fuse_req_t req, NodeId id, fuse_file_info* fi) {
+  void opendir(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     if (!opt.default_permissions) {
@@ -854,7 +854,7 @@ struct FuseClient::Impl {
     freply_open(req, fi);
   }
 
-  void readdir(fuse_req_t req, NodeId id, size_t size, off_t off, bool plus) {
+  void readdir(fuse_req_t req, FuseIno id, size_t size, off_t off, bool plus) {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     if (off < 0) return (void)freply_err(req, EINVAL);
@@ -890,7 +890,7 @@ struct FuseClient::Impl {
         e.attr.st_ino = d.ino;
         e.attr.st_mode = type_bits(d.type);
       } else {
-        const NodeId nid = table.remember(d.attr, r.seq);
+        const FuseIno nid = table.remember(d.attr, r.seq);
         const auto s = table.snapshot(nid);
         e.ino = nid;
         e.generation = d.attr.generation;
@@ -923,7 +923,7 @@ struct FuseClient::Impl {
     freply_statfs(req, &v);
   }
 
-  void access(fuse_req_t req, NodeId id, int mask) {
+  void access(fuse_req_t req, FuseIno id, int mask) {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     InterruptScope scope(req, table);

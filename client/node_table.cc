@@ -24,11 +24,11 @@ NodeTable::NodeTable(fs::Handle root) {
   by_handle_.emplace(key_of(root), kRootNode);
 }
 
-NodeTable::Node* NodeTable::get(NodeId id) {
+NodeTable::Node* NodeTable::get(FuseIno id) {
   auto it = nodes_.find(id);
   return it == nodes_.end() ? nullptr : &it->second;
 }
-const NodeTable::Node* NodeTable::get(NodeId id) const {
+const NodeTable::Node* NodeTable::get(FuseIno id) const {
   auto it = nodes_.find(id);
   return it == nodes_.end() ? nullptr : &it->second;
 }
@@ -47,11 +47,11 @@ NodeSnapshot NodeTable::snap(const Node& n) const {
   return s;
 }
 
-NodeId NodeTable::remember(const fs::Attr& attr, std::uint64_t seq) {
+FuseIno NodeTable::remember(const fs::Attr& attr, std::uint64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto k = std::make_pair(attr.ino, attr.generation);
   auto it = by_handle_.find(k);
-  NodeId id = 0;
+  FuseIno id = 0;
   if (it == by_handle_.end()) {
     id = next_id_++;
     Node n;
@@ -74,7 +74,7 @@ NodeId NodeTable::remember(const fs::Attr& attr, std::uint64_t seq) {
   return id;
 }
 
-bool NodeTable::forget(NodeId id, std::uint64_t count) {
+bool NodeTable::forget(FuseIno id, std::uint64_t count) {
   std::lock_guard<std::mutex> lock(mu_);
   if (id == kRootNode) return false;
   Node* n = get(id);
@@ -87,21 +87,21 @@ bool NodeTable::forget(NodeId id, std::uint64_t count) {
   return true;
 }
 
-std::optional<fs::Handle> NodeTable::handle(NodeId id) const {
+std::optional<fs::Handle> NodeTable::handle(FuseIno id) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Node* n = get(id);
   if (n == nullptr) return std::nullopt;
   return n->handle;
 }
 
-std::optional<NodeSnapshot> NodeTable::snapshot(NodeId id) const {
+std::optional<NodeSnapshot> NodeTable::snapshot(FuseIno id) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Node* n = get(id);
   if (n == nullptr) return std::nullopt;
   return snap(*n);
 }
 
-std::optional<NodeId> NodeTable::find(const fs::Handle& h) const {
+std::optional<FuseIno> NodeTable::find(const fs::Handle& h) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_handle_.find(key_of(h));
   if (it == by_handle_.end()) return std::nullopt;
@@ -113,7 +113,7 @@ std::size_t NodeTable::size() const {
   return nodes_.size();
 }
 
-std::uint64_t NodeTable::lookups(NodeId id) const {
+std::uint64_t NodeTable::lookups(FuseIno id) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Node* n = get(id);
   return n == nullptr ? 0 : n->nlookup;
@@ -130,7 +130,7 @@ void NodeTable::update_attr(const fs::Attr& attr, std::uint64_t seq) {
   n->attr_seq = seq;
 }
 
-void NodeTable::write_submitted(NodeId id, std::uint64_t offset, std::uint64_t len, bool append) {
+void NodeTable::write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t len, bool append) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);
   BFT_ASSERT(n != nullptr);
@@ -141,7 +141,7 @@ void NodeTable::write_submitted(NodeId id, std::uint64_t offset, std::uint64_t l
   n->overlay_end = std::max(n->overlay_end, end);
 }
 
-void NodeTable::write_finished(NodeId id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
+void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
                                const std::optional<fs::Attr>& attr, std::uint64_t seq) {
   (void)offset;
   {
@@ -170,7 +170,7 @@ void NodeTable::write_finished(NodeId id, std::uint64_t offset, std::uint64_t le
   cv_.notify_all();
 }
 
-bool NodeTable::wait_writes(NodeId id, const std::function<bool()>& interrupted) {
+bool NodeTable::wait_writes(FuseIno id, const std::function<bool()>& interrupted) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     const Node* n = get(id);
@@ -187,7 +187,7 @@ void NodeTable::wait_all_writes() {
                                              [](const auto& kv) { return kv.second.writes_in_flight == 0; }); });
 }
 
-std::uint32_t NodeTable::take_write_error(NodeId id) {
+std::uint32_t NodeTable::take_write_error(FuseIno id) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);
   if (n == nullptr) return 0;
@@ -215,7 +215,7 @@ void NodeTable::notify_waiters() {
   cv_.notify_all();
 }
 
-bool NodeTable::opened(NodeId id, const DataVersion& now) {
+bool NodeTable::opened(FuseIno id, const DataVersion& now) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);
   BFT_ASSERT(n != nullptr);
@@ -226,7 +226,7 @@ bool NodeTable::opened(NodeId id, const DataVersion& now) {
   return keep;
 }
 
-std::optional<SillyName> NodeTable::released(NodeId id) {
+std::optional<SillyName> NodeTable::released(FuseIno id) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);
   BFT_ASSERT(n != nullptr);
@@ -245,7 +245,7 @@ bool NodeTable::any_open() const {
   return open_nodes_ > 0;
 }
 
-bool NodeTable::set_silly(NodeId id, SillyName name) {
+bool NodeTable::set_silly(FuseIno id, SillyName name) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);
   if (n == nullptr || n->opens == 0) return false;

@@ -28,8 +28,8 @@
 
 namespace bftfs::client {
 
-using NodeId = std::uint64_t;  // = fuse_ino_t
-inline constexpr NodeId kRootNode = 1;
+using FuseIno = std::uint64_t;  // a FUSE node id (fuse_ino_t)
+inline constexpr FuseIno kRootNode = 1;
 
 // What an open file's page cache was filled from: reused at the next open only if this is unchanged
 // (close-to-open consistency, as NFS clients do with mtime and size).
@@ -45,7 +45,7 @@ struct SillyName {
 };
 
 struct NodeSnapshot {
-  NodeId id = 0;
+  FuseIno id = 0;
   fs::Handle handle;
   fs::Attr attr;            // effective: committed + overlay (and nlink without the hidden silly name)
   bool has_pending = false;  // asynchronous writes in flight
@@ -63,16 +63,16 @@ class NodeTable {
   // The node of attr's (ino, generation), created if new; its kernel lookup count grows by one (every reply
   // that gives the kernel an entry must call this exactly once). Updates the committed layer with `attr` if
   // `seq` is not older than what it holds.
-  NodeId remember(const fs::Attr& attr, std::uint64_t seq);
+  FuseIno remember(const fs::Attr& attr, std::uint64_t seq);
   // The kernel dropped `n` references. Returns true if the node is gone.
-  bool forget(NodeId id, std::uint64_t n);
+  bool forget(FuseIno id, std::uint64_t n);
   // The node's handle, or nullopt if unknown (a node id the kernel should not have).
-  std::optional<fs::Handle> handle(NodeId id) const;
-  std::optional<NodeSnapshot> snapshot(NodeId id) const;
+  std::optional<fs::Handle> handle(FuseIno id) const;
+  std::optional<NodeSnapshot> snapshot(FuseIno id) const;
   // The node of (ino, generation) if it is known.
-  std::optional<NodeId> find(const fs::Handle& h) const;
+  std::optional<FuseIno> find(const fs::Handle& h) const;
   std::size_t size() const;
-  std::uint64_t lookups(NodeId id) const;
+  std::uint64_t lookups(FuseIno id) const;
 
   // ---- committed layer ----
   // A final result carried `attr` for this node, from the request numbered `seq` (numbers grow in submission
@@ -81,17 +81,17 @@ class NodeTable {
 
   // ---- overlay: asynchronous writes ----
   // A write of [offset, offset + len) was submitted (`append`: at the end, offset unknown until final).
-  void write_submitted(NodeId id, std::uint64_t offset, std::uint64_t len, bool append);
+  void write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t len, bool append);
   // It became final: `err` its errno (0 ok); attr/seq the committed attributes it returned (when err == 0).
-  void write_finished(NodeId id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
+  void write_finished(FuseIno id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
                       const std::optional<fs::Attr>& attr, std::uint64_t seq);
   // Blocks until `id` has no write in flight or `interrupted()` turns true (checked whenever notify_waiters
   // is called). Returns false if interrupted.
-  bool wait_writes(NodeId id, const std::function<bool()>& interrupted);
+  bool wait_writes(FuseIno id, const std::function<bool()>& interrupted);
   // Blocks until every node's writes are final (unmount).
   void wait_all_writes();
   // The first error of a write since the last call (0 if none), cleared (flush/fsync report it once).
-  std::uint32_t take_write_error(NodeId id);
+  std::uint32_t take_write_error(FuseIno id);
   std::uint64_t pending_bytes() const;
   // Blocks while the pending bytes of the whole mount exceed `limit` (memory bound of write-behind).
   bool wait_pending_below(std::uint64_t limit, const std::function<bool()>& interrupted);
@@ -101,21 +101,21 @@ class NodeTable {
   // ---- opens, close-to-open and silly rename ----
   // An open began: returns true if the kernel may keep its page cache (the data version at the last open or
   // own write equals `now`); records `now` as the current version.
-  bool opened(NodeId id, const DataVersion& now);
+  bool opened(FuseIno id, const DataVersion& now);
   // The last release of this open; returns the silly name to remove if this was the last open of a file
   // hidden by a silly rename (and forgets the name).
-  std::optional<SillyName> released(NodeId id);
+  std::optional<SillyName> released(FuseIno id);
   bool any_open() const;
   // Marks an open node as renamed to a hidden name; its reported nlink drops by one (the hidden link is not
   // the user's), and the last release returns the name. Returns false (and records nothing) if the node was
   // closed meanwhile: the caller removes the hidden name itself.
-  [[nodiscard]] bool set_silly(NodeId id, SillyName name);
+  [[nodiscard]] bool set_silly(FuseIno id, SillyName name);
   // A unique hidden name for `handle` (".bftfs-silly-<ino>-<gen>-<n>").
   std::string silly_name_for(const fs::Handle& h);
 
  private:
   struct Node {
-    NodeId id = 0;
+    FuseIno id = 0;
     fs::Handle handle;
     std::uint64_t nlookup = 0;
     fs::Attr attr;              // committed layer
@@ -131,14 +131,14 @@ class NodeTable {
     std::optional<SillyName> silly;
   };
   NodeSnapshot snap(const Node& n) const;
-  Node* get(NodeId id);
-  const Node* get(NodeId id) const;
+  Node* get(FuseIno id);
+  const Node* get(FuseIno id) const;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_map<NodeId, Node> nodes_;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, NodeId> by_handle_;
-  NodeId next_id_ = kRootNode + 1;
+  std::unordered_map<FuseIno, Node> nodes_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, FuseIno> by_handle_;
+  FuseIno next_id_ = kRootNode + 1;
   std::uint64_t pending_bytes_ = 0;
   std::uint64_t silly_counter_ = 0;
   std::uint32_t open_nodes_ = 0;

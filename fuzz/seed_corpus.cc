@@ -10,6 +10,7 @@
 #include "fuzz/fuzz_common.h"
 #include "fuzz/samples.h"
 #include "protocol/wire.h"
+#include "relay/relay_wire.h"
 #include "services/fs/fs_codec.h"
 #include "shim/envelope.h"
 
@@ -134,6 +135,29 @@ int main(int argc, char** argv) {
     r.data = Bytes{1, 2, 3};
     result.results = {r};
     out.add("fuzz_fs_codec", fs::encode_result(result));
+  }
+  {
+    // Relay frames: the fuzz target decodes its input as one body and as a stream, so seed both forms.
+    const fs::Request lookup{{fs::Op{}}};
+    const relay::MountMsg mount_msgs[] = {
+        relay::Hello{}, relay::Submit{7, relay::kFlagReportFirst, {}, fs::encode_request(lookup)},
+        relay::Submit{8, relay::kFlagReadOnly, {7}, Bytes{1, 2, 3}}, relay::Cancel{7}, relay::StatusQuery{}};
+    const relay::RelayMsg relay_msgs[] = {
+        relay::HelloOk{relay::kRelayWireVersion, 4, 4, 1}, relay::First{7, 0, Bytes{0, 0, 0}},
+        relay::Final{7, relay::FinalStatus::kCommitted, Bytes{0, 0, 0}},
+        relay::Final{8, relay::FinalStatus::kRefused, Bytes{'n', 'o'}}, relay::StatusReply{"client_id 4\n"}};
+    Bytes stream;
+    for (const auto& m : mount_msgs) {
+      const Bytes frame = relay::encode_frame(m);
+      out.add("fuzz_relay_wire", std::span<const std::uint8_t>(frame).subspan(relay::kFrameLengthBytes));
+      stream.insert(stream.end(), frame.begin(), frame.end());
+    }
+    for (const auto& m : relay_msgs) {
+      const Bytes frame = relay::encode_frame(m);
+      out.add("fuzz_relay_wire", std::span<const std::uint8_t>(frame).subspan(relay::kFrameLengthBytes));
+      stream.insert(stream.end(), frame.begin(), frame.end());
+    }
+    out.add("fuzz_relay_wire", stream);
   }
   std::printf("fuzz_seed_corpus: wrote %zu seeds under %s\n", out.total(), argv[1]);
   return 0;

@@ -16,8 +16,10 @@ void print_usage(FILE* out) {
       "  replica    run one PBFT replica\n"
       "  norep      run the unreplicated (NO-REP) baseline server\n"
       "  counter    run counter clients against a cluster or a NO-REP server; prints latency or throughput\n"
+      "  relay      run the relay that FUSE mounts talk to (Unix socket -> PBFT-CS requests)\n"
+      "  fsop       one file operation by path through a relay, without FUSE (scripts, tests)\n"
       "  cluster    start or stop a local cluster in the background (cluster start|stop --help)\n"
-      "  status     print every replica's status.json as a table\n"
+      "  status     print the status of every replica and the relay of a local cluster\n"
       "  mount      mount the file system with FUSE (bftfs umount MNT to unmount)\n",
       out);
 }
@@ -41,6 +43,8 @@ int main(int argc, char** argv) {
   if (cmd == "counter") return cmd_counter(argc, argv);
   if (cmd == "cluster") return cmd_cluster(argc, argv);
   if (cmd == "status") return cmd_status(argc, argv);
+  if (cmd == "relay") return cmd_relay(argc, argv);
+  if (cmd == "fsop") return cmd_fsop(argc, argv);
   if (cmd == "mount") return bftfs::client::cmd_mount(argc, argv);
   if (cmd == "umount") return bftfs::client::cmd_umount(argc, argv);
   std::fprintf(stderr, "bftfs: unknown command '%s'\n", cmd.c_str());

@@ -75,6 +75,8 @@ int cmd_norep(int argc, char** argv);
 int cmd_counter(int argc, char** argv);
 int cmd_cluster(int argc, char** argv);
 int cmd_status(int argc, char** argv);
+int cmd_relay(int argc, char** argv);
+int cmd_fsop(int argc, char** argv);
 
 // The nearest-rank q-quantile (0..1) of latencies in nanoseconds, in microseconds; 0 for none. Reorders `ns`.
 double percentile_us(std::vector<std::uint64_t>& ns, double q);

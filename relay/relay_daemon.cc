@@ -1,0 +1,552 @@
+#include "relay/relay_daemon.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <variant>
+#include <vector>
+
+#include "common/assert.h"
+#include "common/codec.h"
+#include "common/log.h"
+#include "relay/relay_wire.h"
+#include "replica/client_runtime.h"
+#include "replica/clock.h"
+#include "replica/event_raii.h"
+#include "replica/loop_stop.h"
+#include "replica/spec_client_runtime.h"
+#include "replica/status_file.h"
+#include "replica/unique_fd.h"
+#include "services/fs/fs_codec.h"
+
+namespace bftfs {
+namespace {
+
+constexpr const char* kLog = "relay";
+
+// A request of one mount that has not had its FINAL yet.
+struct Pending {
+  std::uint64_t backend_id = 0;  // the client library's id (SpecClientRuntime or DirectClient)
+  bool report_first = false;     // the mount asked for FIRST
+  bool first_seen = false;       // the library delivered a first reply (forwarded or not)
+  bool first_sent = false;       // a FIRST frame went to the mount
+  bool read_only = false;        // submitted with the read-only optimization allowed
+};
+
+// What libevent hands a connection's callbacks: the daemon and the connection's id (a closed connection's id
+// no longer resolves, so a late callback finds nothing).
+struct ConnRef {
+  void* impl = nullptr;  // RelayDaemon::Impl
+  std::uint64_t conn_id = 0;
+};
+
+struct Conn {
+  std::uint64_t id = 0;
+  std::unique_ptr<ConnRef> ref;  // declared before bev: outlives it
+  BufferEventPtr bev;
+  bool hello_done = false;
+  bool closing = false;      // closed: waiting for the late event to free it
+  bool read_paused = false;  // too many requests in flight
+  std::map<std::uint64_t, Pending> pending;  // by tag
+};
+
+struct Counters {
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_refused = 0;  // over connections_max
+  std::uint64_t submitted = 0;
+  std::uint64_t completed = 0;  // FINAL committed or rolled back
+  std::uint64_t first_sent = 0;
+  std::uint64_t rollbacks_sent = 0;
+  std::uint64_t refused = 0;     // FINAL refused
+  std::uint64_t cancelled = 0;   // CANCEL, or dropped with a disconnecting mount
+  std::uint64_t orphaned = 0;    // results for requests nobody waits for any more
+  std::uint64_t protocol_errors = 0;  // connections closed for a malformed frame or a protocol violation
+  std::uint64_t slow_disconnects = 0;  // connections closed for not reading
+  std::uint64_t bad_results = 0;  // results fs::decode_result rejected (never forwarded)
+};
+
+}  // namespace
+
+struct RelayDaemon::Impl {
+  RelayOptions o;
+  ClusterConfig config;
+  EventBasePtr base;
+  std::unique_ptr<LoopStop> loop_stop;
+  std::unique_ptr<SpecClientRuntime> spec;  // PBFT mode
+  std::unique_ptr<DirectClient> direct;     // NO-REP mode
+  ListenerPtr listener;
+  bool socket_bound = false;
+  EventPtr reap_ev;    // kPriorityLate: frees closed connections after every callback that may use them
+  EventPtr status_ev;  // rewrites the status file
+  std::map<std::uint64_t, std::unique_ptr<Conn>> conns;
+  std::vector<std::uint64_t> to_reap;
+  std::uint64_t next_conn_id = 1;
+  Counters c;
+  bool started = false;  // create() completed: the backend exists
+
+  ~Impl() {
+    // Connections first (their bufferevents belong to the base), then the listener and the socket file.
+    conns.clear();
+    listener.reset();
+    if (socket_bound) ::unlink(o.socket_path.c_str());
+    if (started && !o.status_path.empty()) write_status(false);
+  }
+
+  NodeId client_id() const { return o.id; }
+  std::size_t in_flight_total() const {
+    std::size_t n = 0;
+    for (const auto& [id, conn] : conns) n += conn->pending.size();
+    return n;
+  }
+
+  // ---- connections ----
+
+  static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) {
+    static_cast<Impl*>(arg)->accept_conn(fd);
+  }
+
+  void accept_conn(evutil_socket_t fd) {
+    if (conns.size() >= o.connections_max) {
+      ++c.connections_refused;
+      LOG_WARN(kLog, "refusing a mount connection: %zu connections already", conns.size());
+      ::close(fd);
+      return;
+    }
+    auto conn = std::make_unique<Conn>();
+    conn->id = next_conn_id++;
+    conn->bev.reset(bufferevent_socket_new(base.get(), fd, BEV_OPT_CLOSE_ON_FREE));
+    if (conn->bev == nullptr) {
+      LOG_ERROR(kLog, "bufferevent_socket_new failed");
+      ::close(fd);
+      return;
+    }
+    bufferevent_priority_set(conn->bev.get(), kPriorityIo);
+    conn->ref = std::make_unique<ConnRef>(ConnRef{this, conn->id});
+    bufferevent_setcb(conn->bev.get(), &Impl::on_read, nullptr, &Impl::on_conn_event, conn->ref.get());
+    bufferevent_enable(conn->bev.get(), EV_READ | EV_WRITE);
+    ++c.connections_accepted;
+    LOG_DEBUG(kLog, "mount connection %llu accepted", static_cast<unsigned long long>(conn->id));
+    conns.emplace(conn->id, std::move(conn));
+  }
+
+  Conn* find_conn(std::uint64_t id) {
+    auto it = conns.find(id);
+    if (it == conns.end() || it->second->closing) return nullptr;
+    return it->second.get();
+  }
+
+  static void on_read(bufferevent*, void* arg) {
+    auto* ref = static_cast<ConnRef*>(arg);
+    auto* self = static_cast<Impl*>(ref->impl);
+    if (Conn* conn = self->find_conn(ref->conn_id)) self->process_input(*conn);
+  }
+
+  static void on_conn_event(bufferevent*, short what, void* arg) {
+    auto* ref = static_cast<ConnRef*>(arg);
+    auto* self = static_cast<Impl*>(ref->impl);
+    Conn* conn = self->find_conn(ref->conn_id);
+    if (conn == nullptr) return;
+    if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) != 0) self->close_conn(*conn, "disconnected");
+  }
+
+  // Closes a connection: its requests are cancelled (they may still execute); it is freed by the late event,
+  // after every callback of this loop pass that might still hold it.
+  void close_conn(Conn& conn, const std::string& why) {
+    if (conn.closing) return;
+    conn.closing = true;
+    c.cancelled += conn.pending.size();
+    if (conn.pending.empty()) {
+      LOG_DEBUG(kLog, "mount connection %llu closed (%s)", static_cast<unsigned long long>(conn.id), why.c_str());
+    } else {
+      LOG_INFO(kLog, "mount connection %llu closed (%s); %zu requests cancelled",
+               static_cast<unsigned long long>(conn.id), why.c_str(), conn.pending.size());
+    }
+    conn.pending.clear();
+    bufferevent_disable(conn.bev.get(), EV_READ | EV_WRITE);
+    to_reap.push_back(conn.id);
+    event_active(reap_ev.get(), EV_TIMEOUT, 0);
+  }
+
+  void protocol_error(Conn& conn, const std::string& why) {
+    ++c.protocol_errors;
+    LOG_WARN(kLog, "mount connection %llu: %s", static_cast<unsigned long long>(conn.id), why.c_str());
+    close_conn(conn, why);
+  }
+
+  static void on_reap(evutil_socket_t, short, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    for (std::uint64_t id : self->to_reap) self->conns.erase(id);
+    self->to_reap.clear();
+  }
+
+  void send(Conn& conn, const relay::RelayMsg& m) {
+    if (conn.closing) return;
+    // Judged before this frame is queued, so one frame of any size always fits a mount that keeps up.
+    if (evbuffer_get_length(bufferevent_get_output(conn.bev.get())) > o.conn_output_bytes_max) {
+      ++c.slow_disconnects;
+      LOG_WARN(kLog, "mount connection %llu does not read (over %zu bytes queued): disconnecting",
+               static_cast<unsigned long long>(conn.id), o.conn_output_bytes_max);
+      close_conn(conn, "not reading");
+      return;
+    }
+    const Bytes frame = relay::encode_frame(m);
+    if (bufferevent_write(conn.bev.get(), frame.data(), frame.size()) != 0) close_conn(conn, "write failed");
+  }
+
+  void refuse(Conn& conn, std::uint64_t tag, const std::string& reason) {
+    ++c.refused;
+    send(conn, relay::Final{tag, relay::FinalStatus::kRefused, Bytes(reason.begin(), reason.end())});
+  }
+
+  // Decodes every complete frame in the connection's input, stopping when the mount has too many requests
+  // in flight (resumed by resume_if_paused when some complete).
+  void process_input(Conn& conn) {
+    evbuffer* in = bufferevent_get_input(conn.bev.get());
+    while (!conn.closing) {
+      if (conn.pending.size() >= o.conn_in_flight_max) {
+        if (!conn.read_paused) {
+          conn.read_paused = true;
+          bufferevent_disable(conn.bev.get(), EV_READ);
+        }
+        return;
+      }
+      std::uint8_t len_bytes[relay::kFrameLengthBytes];
+      if (evbuffer_copyout(in, len_bytes, sizeof len_bytes) != static_cast<ev_ssize_t>(sizeof len_bytes)) return;
+      const std::uint32_t len = load_u32_le(len_bytes);
+      if (const auto e = relay::check_frame_length(len); e != relay::RelayWireError::kOk) {
+        protocol_error(conn, std::string("bad frame length: ") + std::string(relay::to_string(e)));
+        return;
+      }
+      if (evbuffer_get_length(in) < relay::kFrameLengthBytes + len) return;
+      evbuffer_drain(in, relay::kFrameLengthBytes);
+      Bytes body(len);
+      BFT_ASSERT(evbuffer_remove(in, body.data(), len) == static_cast<int>(len));
+      relay::MountMsg msg;
+      if (const auto e = relay::decode_mount_body(body, msg); e != relay::RelayWireError::kOk) {
+        protocol_error(conn, std::string("malformed frame: ") + std::string(relay::to_string(e)));
+        return;
+      }
+      on_frame(conn, std::move(msg));
+    }
+  }
+
+  void resume_if_paused(Conn& conn) {
+    if (!conn.read_paused || conn.closing || conn.pending.size() >= o.conn_in_flight_max) return;
+    conn.read_paused = false;
+    bufferevent_enable(conn.bev.get(), EV_READ);
+    process_input(conn);  // frames already buffered get no new read callback
+  }
+
+  void on_frame(Conn& conn, relay::MountMsg&& msg) {
+    if (auto* hello = std::get_if<relay::Hello>(&msg)) {
+      if (conn.hello_done) return protocol_error(conn, "a second HELLO");
+      BFT_ASSERT(hello->version == relay::kRelayWireVersion);  // the decoder accepts no other
+      conn.hello_done = true;
+      const std::uint32_t n = o.norep ? 1 : config.n;
+      const std::uint32_t f = o.norep ? 0 : config.f;
+      send(conn, relay::HelloOk{relay::kRelayWireVersion, client_id(), n, f});
+      return;
+    }
+    if (!conn.hello_done) return protocol_error(conn, "a frame before HELLO");
+    if (auto* submit = std::get_if<relay::Submit>(&msg)) return on_submit(conn, std::move(*submit));
+    if (auto* cancel = std::get_if<relay::Cancel>(&msg)) {
+      if (conn.pending.erase(cancel->tag) > 0) ++c.cancelled;
+      return resume_if_paused(conn);
+    }
+    BFT_ASSERT(std::holds_alternative<relay::StatusQuery>(msg));
+    send(conn, relay::StatusReply{status_text()});
+  }
+
+  void on_submit(Conn& conn, relay::Submit&& s) {
+    if (conn.pending.count(s.tag) != 0) {
+      return protocol_error(conn, "SUBMIT reuses tag " + std::to_string(s.tag) + " of a request in flight");
+    }
+    fs::Request req;
+    if (const auto e = fs::decode_request(s.request, req); e != fs::FsDecodeError::kOk) {
+      return refuse(conn, s.tag, "malformed fs request: " + std::string(fs::to_string(e)));
+    }
+    const bool read_only = (s.flags & relay::kFlagReadOnly) != 0;
+    if (read_only) {
+      for (const fs::Op& op : req.ops) {
+        if (!fs::is_read_only(op.code)) return refuse(conn, s.tag, "read-only flag on a request that writes");
+      }
+    }
+    // Dependencies (speculation): a dependency still in flight must be an ordered request whose first reply
+    // was delivered, so the client library can predicate on it; one that already had its FINAL is a fact.
+    std::vector<SpecDependency> deps;
+    if (!o.norep) {
+      for (std::uint64_t dep : s.deps) {
+        auto it = conn.pending.find(dep);
+        if (it == conn.pending.end()) continue;
+        if (it->second.read_only) return refuse(conn, s.tag, "depends on a read-only request");
+        if (!it->second.first_seen) return refuse(conn, s.tag, "depends on a request with no first reply yet");
+        deps.push_back(SpecDependency{it->second.backend_id, std::nullopt});
+      }
+    }
+    Pending p;
+    p.report_first = (s.flags & relay::kFlagReportFirst) != 0;
+    p.read_only = read_only;
+    const std::uint64_t conn_id = conn.id;
+    const std::uint64_t tag = s.tag;
+    ++c.submitted;
+    if (o.norep) {
+      // The entry exists before submit: the callback never runs synchronously, but be robust if it did.
+      auto& entry = conn.pending.emplace(tag, p).first->second;
+      entry.backend_id = direct->submit(std::move(s.request), read_only, [this, conn_id, tag](const Completion& done) {
+        on_norep_done(conn_id, tag, done);
+      });
+    } else {
+      auto& entry = conn.pending.emplace(tag, p).first->second;
+      entry.backend_id = spec->submit(std::move(s.request), deps, read_only,
+                                      [this, conn_id, tag](const SpecEvent& e) { on_spec_event(conn_id, tag, e); });
+    }
+  }
+
+  // The pending entry a library callback is for, or null when the mount cancelled it or went away.
+  Pending* route(std::uint64_t conn_id, std::uint64_t tag, std::uint64_t backend_id, Conn*& conn) {
+    conn = find_conn(conn_id);
+    if (conn == nullptr) return nullptr;
+    auto it = conn->pending.find(tag);
+    // The tag may have been cancelled and reused for a later request: match the library's id too.
+    if (it == conn->pending.end() || it->second.backend_id != backend_id) return nullptr;
+    return &it->second;
+  }
+
+  // True when `result` is a file-service result we may forward; counts and logs one that is not.
+  bool result_ok(const Bytes& result, const char* what) {
+    fs::Result r;
+    const auto e = fs::decode_result(result, r);
+    if (e == fs::FsDecodeError::kOk) return true;
+    ++c.bad_results;
+    LOG_ERROR(kLog, "%s result does not decode (%.*s): not forwarded", what, static_cast<int>(fs::to_string(e).size()),
+              fs::to_string(e).data());
+    return false;
+  }
+
+  void finish(Conn& conn, std::uint64_t tag, relay::FinalStatus status, Bytes result) {
+    conn.pending.erase(tag);
+    if (status == relay::FinalStatus::kRefused) {
+      ++c.refused;
+    } else {
+      ++c.completed;
+      if (status == relay::FinalStatus::kRolledBack) ++c.rollbacks_sent;
+    }
+    send(conn, relay::Final{tag, status, std::move(result)});
+    resume_if_paused(conn);
+  }
+
+  void on_spec_event(std::uint64_t conn_id, std::uint64_t tag, const SpecEvent& e) {
+    Conn* conn = nullptr;
+    Pending* p = route(conn_id, tag, e.id, conn);
+    if (p == nullptr) {
+      if (e.kind != SpecEventKind::kFirst) ++c.orphaned;
+      return;
+    }
+    if (e.kind == SpecEventKind::kFirst) {
+      p->first_seen = true;
+      if (!p->report_first || e.status != shim::ShimStatus::kExecuted || !result_ok(e.result, "first")) return;
+      p->first_sent = true;
+      ++c.first_sent;
+      send(*conn, relay::First{tag, e.from, e.result});
+      return;
+    }
+    if (e.status != shim::ShimStatus::kExecuted) {
+      // A dependency's prediction was wrong, so the shim executed a no-op: nothing to report but "resubmit".
+      return finish(*conn, tag, relay::FinalStatus::kRolledBack, Bytes{});
+    }
+    if (!result_ok(e.result, "consensus")) {
+      const std::string why = "the replicas' consensus result does not decode (a bug; see the relay log)";
+      return finish(*conn, tag, relay::FinalStatus::kRefused, Bytes(why.begin(), why.end()));
+    }
+    // A rollback matters to the mount only if it saw the first reply; otherwise the result is simply the result.
+    const bool rolled_back = e.kind == SpecEventKind::kRollback && p->first_sent;
+    finish(*conn, tag, rolled_back ? relay::FinalStatus::kRolledBack : relay::FinalStatus::kCommitted, e.result);
+  }
+
+  void on_norep_done(std::uint64_t conn_id, std::uint64_t tag, const Completion& done) {
+    Conn* conn = nullptr;
+    Pending* p = route(conn_id, tag, done.request_id, conn);
+    if (p == nullptr) {
+      ++c.orphaned;
+      return;
+    }
+    if (!result_ok(done.result, "NO-REP")) {
+      const std::string why = "the NO-REP server's result does not decode (a bug; see the relay log)";
+      return finish(*conn, tag, relay::FinalStatus::kRefused, Bytes(why.begin(), why.end()));
+    }
+    // One server, one reply: FIRST and FINAL carry the same result.
+    if (p->report_first) {
+      ++c.first_sent;
+      send(*conn, relay::First{tag, 0, done.result});
+    }
+    finish(*conn, tag, relay::FinalStatus::kCommitted, done.result);
+  }
+
+  // ---- status ----
+
+  std::uint64_t retransmissions() const {
+    return o.norep ? direct->retransmissions() : spec->client_stats().retransmissions;
+  }
+
+  std::string trusted_replicas() const {
+    if (o.norep) return "0";
+    std::string s;
+    for (NodeId r = 0; r < config.n; ++r) {
+      if (!spec->trusts(r)) continue;
+      if (!s.empty()) s += ",";
+      s += std::to_string(r);
+    }
+    return s.empty() ? "-" : s;
+  }
+
+  std::string status_text() const {
+    std::ostringstream out;
+    out << "mode " << (o.norep ? "norep" : "pbft") << "\n"
+        << "client_id " << client_id() << "\n"
+        << "n " << (o.norep ? 1 : config.n) << "\n"
+        << "f " << (o.norep ? 0 : config.f) << "\n"
+        << "connections " << conns.size() << "\n"
+        << "in_flight " << in_flight_total() << "\n"
+        << "library_in_flight " << (o.norep ? direct->in_flight() : spec->in_flight()) << "\n"
+        << "submitted " << c.submitted << "\n"
+        << "completed " << c.completed << "\n"
+        << "first_sent " << c.first_sent << "\n"
+        << "rollbacks " << c.rollbacks_sent << "\n"
+        << "refused " << c.refused << "\n"
+        << "cancelled " << c.cancelled << "\n"
+        << "retransmissions " << retransmissions() << "\n"
+        << "replicas_trusted " << trusted_replicas() << "\n"
+        << "protocol_errors " << c.protocol_errors << "\n"
+        << "slow_disconnects " << c.slow_disconnects << "\n"
+        << "bad_results " << c.bad_results << "\n";
+    if (!o.norep) {
+      out << "reads_ordered " << spec->stats().reads_ordered << "\n"
+          << "read_only_fallbacks " << spec->client_stats().read_only_fallbacks << "\n";
+    }
+    return out.str();
+  }
+
+  void write_status(bool running) {
+    JsonObject j;
+    j.add("pid", static_cast<std::uint64_t>(::getpid()))
+        .add("running", running)
+        .add("mode", o.norep ? "norep" : "pbft")
+        .add("client_id", static_cast<std::uint64_t>(client_id()))
+        .add("socket", o.socket_path)
+        .add("connections", static_cast<std::uint64_t>(conns.size()))
+        .add("in_flight", static_cast<std::uint64_t>(in_flight_total()))
+        .add("submitted", c.submitted)
+        .add("completed", c.completed)
+        .add("refused", c.refused)
+        .add("retransmissions", retransmissions())
+        .add("replicas_trusted", trusted_replicas())
+        .add("protocol_errors", c.protocol_errors)
+        .add("updated_unix_ms", realtime_ns() / 1000000);
+    if (std::string err = write_file_atomically(o.status_path, j.str() + "\n"); !err.empty()) {
+      LOG_WARN(kLog, "status file: %s", err.c_str());
+    }
+  }
+
+  static void on_status_timer(evutil_socket_t, short, void* arg) { static_cast<Impl*>(arg)->write_status(true); }
+
+  // ---- set-up ----
+
+  // Binds and listens on the Unix socket. A socket file nobody accepts on (a relay that died) is replaced; a
+  // live one is an error, so two relays never fight over one path.
+  std::string bind_socket() {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (o.socket_path.empty() || o.socket_path.size() >= sizeof addr.sun_path) {
+      return "socket path must be 1.." + std::to_string(sizeof addr.sun_path - 1) + " bytes: '" + o.socket_path + "'";
+    }
+    std::memcpy(addr.sun_path, o.socket_path.c_str(), o.socket_path.size() + 1);
+    struct stat st{};
+    if (::lstat(o.socket_path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) return o.socket_path + " exists and is not a socket";
+      UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      if (probe.valid() && ::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+        return "another relay is listening on " + o.socket_path;
+      }
+      ::unlink(o.socket_path.c_str());
+    }
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) return std::string("socket: ") + std::strerror(errno);
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      return "bind " + o.socket_path + ": " + std::strerror(errno);
+    }
+    socket_bound = true;
+    if (::chmod(o.socket_path.c_str(), o.socket_mode) != 0) return "chmod " + o.socket_path + ": " + std::strerror(errno);
+    listener.reset(evconnlistener_new(base.get(), &Impl::on_accept, this, LEV_OPT_CLOSE_ON_FREE, 128, fd.get()));
+    if (listener == nullptr) return "listen " + o.socket_path + ": " + std::strerror(errno);
+    fd.release();  // the listener owns it now
+    return "";
+  }
+};
+
+RelayDaemon::RelayDaemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RelayDaemon::~RelayDaemon() = default;
+
+std::string RelayDaemon::create(const RelayOptions& options, std::unique_ptr<RelayDaemon>& out) {
+  auto impl = std::make_unique<Impl>();
+  impl->o = options;
+  Impl& d = *impl;
+  if (std::string err = load_cluster(d.o.config_path, d.config); !err.empty()) return err;
+  d.base = make_event_base(d.o.wan.enabled());
+  if (d.base == nullptr) return "cannot create an event base";
+  d.loop_stop = std::make_unique<LoopStop>(d.base.get());
+  if (d.o.handle_signals) d.loop_stop->handle_signals();
+  if (d.o.norep) {
+    if (std::string err = DirectClient::create(d.base.get(), d.o.config_path, d.o.id, d.o.norep_server, d.direct, d.o.wan);
+        !err.empty()) {
+      return err;
+    }
+  } else {
+    SpecClientOptions so;
+    so.client.first_request_id = fresh_first_request_id();
+    so.client.window = d.o.window;
+    so.speculate = d.o.speculate;
+    if (std::string err = SpecClientRuntime::create(d.base.get(), d.o.config_path, d.o.id, so, d.spec, d.o.wan);
+        !err.empty()) {
+      return err;
+    }
+  }
+  d.reap_ev.reset(event_new(d.base.get(), -1, 0, &Impl::on_reap, &d));
+  BFT_ASSERT(d.reap_ev != nullptr);
+  event_priority_set(d.reap_ev.get(), kPriorityLate);
+  if (std::string err = d.bind_socket(); !err.empty()) return err;
+  if (!d.o.status_path.empty()) {
+    d.status_ev.reset(event_new(d.base.get(), -1, EV_PERSIST, &Impl::on_status_timer, &d));
+    BFT_ASSERT(d.status_ev != nullptr);
+    const timeval tv{static_cast<time_t>(d.o.status_interval_ms / 1000),
+                     static_cast<suseconds_t>((d.o.status_interval_ms % 1000) * 1000)};
+    BFT_ASSERT(event_add(d.status_ev.get(), &tv) == 0);
+  }
+  LOG_INFO(kLog, "relay client %u (%s) listening on %s", d.o.id, d.o.norep ? "NO-REP" : "PBFT", d.o.socket_path.c_str());
+  d.started = true;
+  out.reset(new RelayDaemon(std::move(impl)));
+  return "";
+}
+
+void RelayDaemon::run() {
+  // The status file says "running" only once the socket accepts: readiness checks poll it.
+  if (!impl_->o.status_path.empty()) impl_->write_status(true);
+  // LoopStop's event is always pending, so the loop returns only when it breaks it.
+  while (!impl_->loop_stop->requested()) {
+    if (event_base_loop(impl_->base.get(), 0) != 0) break;
+  }
+  LOG_INFO(kLog, "relay stopping");
+}
+
+void RelayDaemon::stop() { impl_->loop_stop->request(); }
+
+std::string RelayDaemon::status_text() const { return impl_->status_text(); }
+
+}  // namespace bftfs

@@ -1,0 +1,258 @@
+"""The relay (`bftfs relay`, docs/RELAY.md) in front of a real 4-replica file-service cluster, driven with
+`bftfs fsop` (the relay protocol without FUSE) and with raw bytes on its socket: many requests in flight, a
+killed backup, a restarted relay (clean and after SIGKILL), garbage and a mount that never reads. Also the
+one-command local cluster (`bftfs cluster start --service fs`, with and without --norep): it starts a relay,
+`status` shows it, and `cluster stop` leaves nothing running."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import socket
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import Daemon, wait_until
+
+FRAME_BODY_MAX = 2 * 1024 * 1024 + 64
+
+
+def short_dir(tmp_path: Path) -> Path:
+    """A directory whose socket paths fit sun_path (108 bytes) even when pytest's tmp_path is long."""
+    if len(str(tmp_path)) < 80:
+        return tmp_path
+    return Path(tempfile.mkdtemp(prefix="bftfs-relay-", dir="/tmp"))
+
+
+def fsop(bftfs: Path, sock: Path, op: str, path: str = "/", *args: str, check: bool = True,
+         timeout_s: float = 60) -> subprocess.CompletedProcess:
+    argv = [str(bftfs), "fsop", "--socket", str(sock), "--op", op, "--path", path, *args]
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
+    if check:
+        assert done.returncode == 0, f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def relay_status(bftfs: Path, sock: Path) -> dict[str, str]:
+    out = fsop(bftfs, sock, "status").stdout
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
+class Relay:
+    """A relay daemon for a test cluster, on a socket in `root`."""
+
+    def __init__(self, bftfs: Path, cluster, root: Path, *extra: str) -> None:
+        self.sock = root / "relay.sock"
+        self.client_id = cluster.client_ids[-1]
+        self.daemon = Daemon("relay", [bftfs, "relay", "--config", cluster.config, "--id", self.client_id,
+                                       "--socket", self.sock, "--status", root / "relay" / "status.json", *extra],
+                             cluster.root / "relay.log", root / "relay")
+
+    def start(self) -> "Relay":
+        self.daemon.start()
+        self.daemon.wait_ready()
+        return self
+
+    def errors(self) -> list[str]:
+        return self.daemon.error_lines()
+
+
+@pytest.fixture
+def fs_cluster(cluster, bftfs_bin, tmp_path):
+    """A 4-replica fs cluster behind the shim, and a relay (stopped and checked for ERROR lines at teardown)."""
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
+    yield c, relay
+    relay.daemon.stop()
+    assert not relay.errors(), "unexpected ERROR lines in the relay log:\n" + "\n".join(relay.errors())
+
+
+def test_many_requests_in_flight_and_a_killed_backup(fs_cluster, bftfs_bin):
+    c, relay = fs_cluster
+    sock = relay.sock
+    assert "ino 2 " in fsop(bftfs_bin, sock, "mkdir", "/d").stdout
+    out = fsop(bftfs_bin, sock, "create", "/d/f%d", "--parallel", "200").stdout
+    assert "200 of 200 operations succeeded" in out
+    names = fsop(bftfs_bin, sock, "readdir", "/d").stdout.split()
+    assert {f"f{i}" for i in range(200)} <= set(names)
+
+    fsop(bftfs_bin, sock, "create", "/d/data")
+    fsop(bftfs_bin, sock, "write", "/d/data", "--data", "before the crash")
+    c.kill(3)  # a backup: the remaining 2f+1 still order and answer
+    out = fsop(bftfs_bin, sock, "create", "/d/g%d", "--parallel", "100").stdout
+    assert "100 of 100 operations succeeded" in out
+    fsop(bftfs_bin, sock, "write", "/d/data", "--data", "AFTER", "--offset", "0")
+    assert fsop(bftfs_bin, sock, "read", "/d/data").stdout == "AFTERe the crash"
+    # A file-system error is a result, not a failure of the relay.
+    missing = fsop(bftfs_bin, sock, "getattr", "/d/nope", check=False)
+    assert missing.returncode == 1 and "errno 2" in missing.stdout
+    st = relay_status(bftfs_bin, sock)
+    assert int(st["completed"]) >= 300
+    assert st["in_flight"] == "0"
+    assert st["protocol_errors"] == "0"
+    assert st["client_id"] == str(relay.client_id)
+
+
+def test_relay_restart_keeps_the_file_system(fs_cluster, bftfs_bin):
+    c, relay = fs_cluster
+    fsop(bftfs_bin, relay.sock, "create", "/kept")
+    fsop(bftfs_bin, relay.sock, "write", "/kept", "--data", "one")
+    relay.daemon.stop()  # SIGTERM: the socket file is removed
+    assert not relay.sock.exists()
+    relay.daemon.restart()
+    fsop(bftfs_bin, relay.sock, "write", "/kept", "--data", "two", "--offset", "3")
+    relay.daemon.kill()  # SIGKILL leaves a stale socket file behind; a new relay must replace it
+    assert relay.sock.exists()
+    relay.daemon.restart()
+    assert fsop(bftfs_bin, relay.sock, "read", "/kept").stdout == "onetwo"
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack("<I", len(body)) + body
+
+
+HELLO = frame(b"\x01" + struct.pack("<H", 1))
+STATUS = frame(b"\x04")
+
+
+def submit(tag: int, request: bytes, flags: int = 0) -> bytes:
+    return frame(b"\x02" + struct.pack("<QBH", tag, flags, 0) + struct.pack("<I", len(request)) + request)
+
+
+def read_frame(s: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = s.recv(n - len(buf))
+            if not chunk:
+                raise EOFError("relay closed the connection")
+            buf += chunk
+        return buf
+    (n,) = struct.unpack("<I", exactly(4))
+    assert 1 <= n <= FRAME_BODY_MAX
+    return exactly(n)
+
+
+def closed_by_peer(s: socket.socket, timeout_s: float = 10) -> bool:
+    """True when the relay closes the connection (EOF or reset) within the timeout; replies are discarded."""
+    s.settimeout(timeout_s)
+    try:
+        while s.recv(1 << 16):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def connect(sock: Path) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(sock))
+    return s
+
+
+def test_garbage_and_a_mount_that_does_not_read(cluster, bftfs_bin, tmp_path):
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path), "--mount-output-max-bytes", "65536").start()
+    rng = random.Random(5)
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/ok")
+        violations = [
+            ("random bytes", rng.randbytes(256 << 10)),
+            ("zero length", struct.pack("<I", 0)),
+            ("oversized length", struct.pack("<I", FRAME_BODY_MAX + 1) + rng.randbytes(100)),
+            ("length 0xFFFFFFFF", struct.pack("<I", 0xFFFFFFFF)),
+            ("SUBMIT before HELLO", submit(1, b"\x01")),
+            ("unknown type", HELLO + frame(b"\x77")),
+            ("HELLO of version 2", frame(b"\x01" + struct.pack("<H", 2))),
+            ("second HELLO", HELLO + HELLO),
+            ("SUBMIT with unknown flags", HELLO + submit(1, b"\x01", flags=0x80)),
+            ("truncated SUBMIT", HELLO + frame(b"\x02" + bytes(5))),
+        ]
+        for what, data in violations:
+            with connect(relay.sock) as s:
+                with contextlib.suppress(OSError):
+                    s.sendall(data)
+                assert closed_by_peer(s), f"the relay kept a connection open after {what}"
+        # Half a frame, then the mount goes away: nothing to do but forget it.
+        with connect(relay.sock) as s:
+            s.sendall(HELLO + struct.pack("<I", 1000) + b"\x02" * 10)
+
+        # A malformed fs request is refused with a reason (FINAL status 2), and the connection stays usable.
+        with connect(relay.sock) as s:
+            s.sendall(HELLO)
+            hello_ok = read_frame(s)
+            assert hello_ok[0] == 129
+            assert struct.unpack("<HIII", hello_ok[1:]) == (1, relay.client_id, 4, 1)
+            s.sendall(submit(7, b"\xff\xff\xff"))
+            final = read_frame(s)
+            tag, status, n = struct.unpack("<QBI", final[1:14])
+            assert (final[0], tag, status) == (131, 7, 2)
+            assert b"malformed fs request" in final[14:14 + n]
+            s.sendall(STATUS)
+            assert read_frame(s)[0] == 132
+
+        # A mount that sends requests but never reads the replies is disconnected, not buffered for forever.
+        with connect(relay.sock) as s:
+            s.sendall(HELLO)
+            s.settimeout(30)
+            with contextlib.suppress(OSError):
+                for _ in range(200):
+                    s.sendall(STATUS * 1000)
+            assert closed_by_peer(s)
+
+        st = relay_status(bftfs_bin, relay.sock)
+        assert int(st["protocol_errors"]) >= len(violations)
+        assert int(st["slow_disconnects"]) >= 1
+        assert int(st["refused"]) >= 1
+        # Still serving.
+        assert "ino" in fsop(bftfs_bin, relay.sock, "getattr", "/ok").stdout
+        assert relay.daemon.alive()
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
+def run_cli(bftfs: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(bftfs), *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def pids_in(d: Path) -> list[int]:
+    return [int(p.read_text()) for p in d.glob("*.pid") if p.read_text().strip().isdigit()]
+
+
+@pytest.mark.parametrize("norep", [False, True], ids=["pbft", "norep"])
+def test_cluster_start_runs_a_relay_and_stop_leaves_nothing(bftfs_bin, ports, tmp_path, norep):
+    d = short_dir(tmp_path) / "c"
+    extra = ["--norep"] if norep else ["--no-fsync"]
+    started = run_cli(bftfs_bin, "cluster", "start", "--dir", str(d), "--service", "fs", "--base-port",
+                      str(ports.alloc(5)), *extra)
+    pids = pids_in(d)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "relay pid" in started.stdout
+        assert (d / "relay.sock").exists()
+        status = run_cli(bftfs_bin, "status", "--dir", str(d))
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert ("norep" if norep else "pbft") in status.stdout
+        sock = d / "relay.sock"
+        fsop(bftfs_bin, sock, "mkdir", "/x")
+        assert "50 of 50" in fsop(bftfs_bin, sock, "create", "/x/f%d", "--parallel", "50", "--first").stdout
+        assert "f49" in fsop(bftfs_bin, sock, "readdir", "/x").stdout.split()
+    finally:
+        stopped = run_cli(bftfs_bin, "cluster", "stop", "--dir", str(d))
+    assert stopped.returncode == 0, stopped.stderr
+    assert "relay (pid" in stopped.stdout
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "bftfs" not in Path(f"/proc/{pid}/cmdline").read_text(), \
+            f"pid {pid} still runs after cluster stop"
+    assert not (d / "relay.sock").exists()
+    assert not list(d.glob("*.pid"))
