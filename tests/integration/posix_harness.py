@@ -14,6 +14,9 @@ Where the suite runs (the session fixture `posix_root`):
   (default)             `bftfs mount --local DATA MNT` (the file service in-process, no network) in a fresh
                         temporary directory, unmounted at the end; BFTFS_MOUNT_ARGS adds options. The tests are
                         SKIPPED with the reason when `bftfs` is not built or has no `mount --local` yet.
+  BFTFS_POSIX_MOUNT=pbft   the replicated file system instead: `bftfs cluster start --service fs` (4 replicas
+                        with the shim, and the relay), then `bftfs mount --relay`; stopped at the end.
+  BFTFS_POSIX_MOUNT=norep  the same through one unreplicated NO-REP server (`cluster start --norep`).
 
 Each test gets `d`, a fresh empty directory (mode 0755, owned by root) under the session root, so tests never
 see each other's files. Unprivileged callers are real processes: `as_user(USER_A, fn, ...)` forks, drops to the
@@ -30,9 +33,11 @@ import errno
 import os
 import pickle
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -41,7 +46,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from conftest import Daemon, find_build_dir, wait_until
+from conftest import _PORTS, Daemon, find_build_dir, wait_until
 
 MOUNT_TIMEOUT_S = float(os.environ.get("BFTFS_MOUNT_TIMEOUT_S", "20"))
 
@@ -219,22 +224,34 @@ def _mount_supported(bftfs: Path) -> tuple[bool, str]:
 
 
 class LocalMount:
-    """`bftfs mount --local DATA MNT` for the session; works whether the command stays in the foreground or
-    daemonizes (readiness is MNT becoming a mount point). close() always unmounts and stops the process."""
+    """`bftfs mount --local DATA MNT` for the session (or, with `cluster` = "pbft" or "norep", a cluster
+    started by `bftfs cluster start --service fs` and `bftfs mount --relay`). Readiness is MNT becoming a
+    mount point. close() always unmounts and stops every process it started."""
 
-    def __init__(self, bftfs: Path, root: Path) -> None:
+    def __init__(self, bftfs: Path, root: Path, cluster: str | None = None) -> None:
         self.bftfs = bftfs
         self.root = root
         self.data = root / "data"
         self.mnt = root / "mnt"
+        self.cluster_dir = root / "cluster" if cluster else None
+        self.cluster = cluster
         self.data.mkdir()
         self.mnt.mkdir()
         extra = os.environ.get("BFTFS_MOUNT_ARGS", "").split()
+        backend = ["--relay", self.cluster_dir / "relay.sock"] if cluster else ["--local", self.data]
         # -f: the daemon stays in the foreground, so this fixture owns (and always stops) the process.
-        self.daemon = Daemon("mount", [bftfs, "mount", "-f", "--local", self.data, self.mnt, *extra],
-                             root / "mount.log")
+        self.daemon = Daemon("mount", [bftfs, "mount", "-f", *backend, self.mnt, *extra], root / "mount.log")
 
     def start(self) -> None:
+        if self.cluster:
+            argv = [str(self.bftfs), "cluster", "start", "--dir", str(self.cluster_dir), "--f", "1",
+                    "--base-port", str(_PORTS.alloc(6)), "--service", "fs"]
+            if self.cluster == "norep":
+                argv.append("--norep")
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            if out.returncode != 0:
+                self.close()
+                raise RuntimeError(f"{' '.join(argv)} failed:\n{out.stdout}{out.stderr}")
         self.daemon.start()
 
         def mounted() -> bool:
@@ -257,6 +274,9 @@ class LocalMount:
         if _is_mountpoint(self.mnt):  # the client's own unmount failed: do not leave a mount behind
             subprocess.run(["fusermount3", "-u", "-z", str(self.mnt)], capture_output=True, timeout=30)
         self.daemon.stop()
+        if self.cluster_dir is not None and (self.cluster_dir / "cluster.conf").exists():
+            subprocess.run([str(self.bftfs), "cluster", "stop", "--dir", str(self.cluster_dir)],
+                           capture_output=True, timeout=60)
 
 
 @pytest.fixture(scope="session")
@@ -285,7 +305,10 @@ def posix_root() -> Iterator[Path]:
         # Not under pytest's tmp_path: that is mode 0700, and unprivileged tests must reach the mount.
         work = Path(tempfile.mkdtemp(prefix="bftfs-posix-", dir="/var/tmp"))
         os.chmod(work, 0o755)
-        mount = LocalMount(bftfs, work)
+        cluster = os.environ.get("BFTFS_POSIX_MOUNT") or None
+        if cluster not in (None, "local", "pbft", "norep"):
+            raise ValueError(f"BFTFS_POSIX_MOUNT={cluster}: expected local, pbft or norep")
+        mount = LocalMount(bftfs, work, None if cluster == "local" else cluster)
         try:
             mount.start()
             root = mount.mnt / "posix"
@@ -298,6 +321,47 @@ def posix_root() -> Iterator[Path]:
                 shutil.rmtree(work, ignore_errors=True)
     finally:
         os.umask(old_umask)
+
+
+TEST_TIMEOUT_S = float(os.environ.get("BFTFS_POSIX_TEST_TIMEOUT_S", "120"))
+
+
+class PosixTestHung(Exception):
+    """A POSIX test ran longer than TEST_TIMEOUT_S (a system call that never returns)."""
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard(request):
+    """Every POSIX test gets TEST_TIMEOUT_S (SIGALRM interrupts a system call blocked in the mount; the bftfs
+    client answers FUSE interrupts with EINTR). Afterwards a statfs of the session root must answer within the
+    same time: a mount whose backend died retries forever, like an NFS hard mount, and would hang every later
+    test, so the session stops instead, naming the test after which the mount stopped answering."""
+    if "posix_root" not in request.fixturenames:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise PosixTestHung(f"{request.node.nodeid} still running after {TEST_TIMEOUT_S:.0f}s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, TEST_TIMEOUT_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    root = request.getfixturevalue("posix_root")
+    done = threading.Event()
+
+    def probe():
+        with contextlib.suppress(OSError):
+            os.statvfs(root)
+        done.set()
+
+    threading.Thread(target=probe, daemon=True).start()
+    if not done.wait(TEST_TIMEOUT_S):
+        pytest.exit(f"{root} stopped answering (statfs hung for {TEST_TIMEOUT_S:.0f}s) after "
+                    f"{request.node.nodeid}; the rest of the POSIX suite cannot run", returncode=3)
 
 
 _counter = iter(range(1 << 30))

@@ -160,6 +160,18 @@ def test_a_write_past_the_size_limit_fails_at_write_not_at_close(d):
         os.unlink(p)
 
 
+def test_single_write_calls_of_several_mebibytes(d):
+    """One write() of 1 MiB, 1 MiB + 1 and 4 MiB (dd bs=1M, cp of large files): the kernel may hand all of it
+    to the file system in one request."""
+    p = d / "f"
+    for size in (1 << 20, (1 << 20) + 1, 4 << 20):
+        data = bytes((i * 7 + size) & 0xFF for i in range(256)) * (size // 256) + b"x" * (size % 256)
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        assert os.write(fd, data) == size
+        os.close(fd)
+        assert read_file(p) == data
+
+
 def test_fsync_reports_success_only_for_stored_data(d):
     p = d / "f"
     fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
