@@ -388,6 +388,22 @@ def shared_dir(d: Path) -> Path:
     return d
 
 
+def bftfs_bug(finding: str, strict: bool = True):
+    """Marks a test that fails on bftfs because of a known bug (tests/integration/POSIX_FINDINGS.md, entry
+    `finding`): xfail, strict so that a fixed bug turns the run red until the mark is removed. On a native
+    directory (BFTFS_POSIX_DIR) the test runs unmarked. strict=False only for tests that hit a race, where the
+    bug shows in most runs but not all."""
+    return pytest.mark.xfail(condition=not os.environ.get("BFTFS_POSIX_DIR"), strict=strict,
+                             reason=f"bftfs bug: POSIX_FINDINGS.md #{finding}")
+
+
+def breaks_relay_mount(finding: str):
+    """Skips a test on relay mounts (BFTFS_POSIX_MOUNT=pbft|norep) while a known bug makes it take the relay
+    down: the mount would then hang every later test (POSIX_FINDINGS.md entry `finding`)."""
+    return pytest.mark.skipif(os.environ.get("BFTFS_POSIX_MOUNT") in ("pbft", "norep"),
+                              reason=f"kills the relay (POSIX_FINDINGS.md #{finding}); run it on the local mount")
+
+
 def is_bftfs(path: Path) -> bool:
     """True when the suite runs on a bftfs mount (not BFTFS_POSIX_DIR): for the few checks that concern only
     bftfs (e.g. its exact statfs name limit)."""

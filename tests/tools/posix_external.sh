@@ -11,8 +11,11 @@
 # under a time limit, because one hung module (see tests/integration/POSIX_FINDINGS.md) must not hide the
 # others' results. Keep TARGET short (pjdfstest binds Unix sockets about 55 bytes below it). Logs go to $POSIX_OUT (default build/posix-external/); the last lines are a summary.
 #
+# POSIX_EXTERNAL_MOUNT=pbft (or norep) runs them on the replicated file system instead: `bftfs cluster start
+# --service fs` (four replicas behind the shim, and the relay) and `bftfs mount --relay`.
 # Environment: BFTFS_BUILD (build dir), POSIX_TOOLS_DIR, POSIX_OUT, FSX_OPS (default 20000), FSX_SEED
-# (default 1), PJD_TIMEOUT_S (per module, default 180), PJD_MODULES (default: all), BFTFS_MOUNT_ARGS.
+# (default 1), PJD_TIMEOUT_S (per module, default 180), PJD_MODULES (default: all), BFTFS_MOUNT_ARGS,
+# POSIX_EXTERNAL_MOUNT (local, pbft, norep), POSIX_EXTERNAL_PORT (replica 0's port for pbft/norep, 27600).
 # Exit status: 0 nothing failed, 1 something failed or hung, 2 the tools could not be installed or run.
 set -uo pipefail
 
@@ -67,6 +70,7 @@ cleanup() {
       for _ in $(seq 50); do kill -0 "$MNT_PID" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$MNT_PID" 2>/dev/null || true
     fi
+    if [[ -f $WORK/cluster/cluster.conf ]]; then "$BFTFS" cluster stop --dir "$WORK/cluster" >/dev/null 2>&1; fi
     mountpoint -q "$WORK/mnt" || rm -rf "$WORK"
   fi
 }
@@ -82,13 +86,26 @@ else
   WORK=$(mktemp -d /tmp/bpx.XXXXXX)
   chmod 755 "$WORK"
   mkdir "$WORK/data" "$WORK/mnt"
+  KIND=${POSIX_EXTERNAL_MOUNT:-local}
+  case $KIND in
+    local) BACKEND=(--local "$WORK/data") ;;
+    pbft|norep)
+      extra=()
+      [[ $KIND == norep ]] && extra=(--norep)
+      if ! "$BFTFS" cluster start --dir "$WORK/cluster" --f 1 --base-port "${POSIX_EXTERNAL_PORT:-27600}" \
+           --service fs "${extra[@]}" >"$OUT/cluster.log" 2>&1; then
+        say "bftfs cluster start failed; see $OUT/cluster.log"; exit 2
+      fi
+      BACKEND=(--relay "$WORK/cluster/relay.sock") ;;
+    *) say "POSIX_EXTERNAL_MOUNT=$KIND: expected local, pbft or norep"; exit 2 ;;
+  esac
   # shellcheck disable=SC2086 # BFTFS_MOUNT_ARGS is a list of options
-  "$BFTFS" mount -f --local "$WORK/data" "$WORK/mnt" ${BFTFS_MOUNT_ARGS:-} >"$OUT/mount.log" 2>&1 &
+  "$BFTFS" mount -f "${BACKEND[@]}" "$WORK/mnt" ${BFTFS_MOUNT_ARGS:-} >"$OUT/mount.log" 2>&1 &
   MNT_PID=$!
   for _ in $(seq 200); do mountpoint -q "$WORK/mnt" && break; sleep 0.05; done
   mountpoint -q "$WORK/mnt" || { say "the mount did not come up; see $OUT/mount.log"; exit 2; }
   TARGET=$WORK/mnt
-  say "target: $TARGET (bftfs mount --local, log $OUT/mount.log)"
+  say "target: $TARGET (bftfs mount, $KIND backend, log $OUT/mount.log)"
 fi
 chmod 755 "$TARGET"
 
