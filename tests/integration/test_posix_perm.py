@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from posix_harness import (GROUP_C_ONLY, GROUP_SHARED, USER_A, USER_B, USER_C, as_user, bftfs_bug, clock_tick,
+from posix_harness import (GROUP_C_ONLY, GROUP_SHARED, USER_A, USER_B, USER_C, User, as_user, bftfs_bug, clock_tick,
                            open_close, raises_errno, read_file, write_file)
 
 pytest_plugins = ["posix_harness"]
@@ -65,6 +65,28 @@ def test_read_write_bits_on_files(shared_dir):
     write_file(p, b"root writes")
     with raises_errno(errno.EACCES):
         as_user(USER_A, read_file, p)
+
+
+@bftfs_bug("12")
+def test_access_through_any_of_many_supplementary_groups(shared_dir):
+    """Linux allows 65536 supplementary groups; access through the 17th or the 30th counts like the first
+    (NFS AUTH_SYS stops at 16, a local file system does not)."""
+    groups = tuple(range(48000, 48030))
+    many = User(USER_A.uid, USER_A.gid, (USER_A.gid, *groups))
+    for k in (0, 15, 16, 29):
+        f = shared_dir / f"g{k}"
+        write_file(f, b"grp")
+        os.chown(f, 0, groups[k])
+        os.chmod(f, 0o060)
+        sub = shared_dir / f"dir{k}"
+        os.mkdir(sub)
+        os.chown(sub, 0, groups[k])
+        os.chmod(sub, 0o070)
+        assert as_user(many, read_file, f) == b"grp", k
+        as_user(many, write_file, sub / "new", b"made through group %d" % k)
+        as_user(many, os.chmod, sub / "new", 0o600)
+        as_user(many, os.rename, sub / "new", sub / "renamed")
+        as_user(many, os.unlink, sub / "renamed")
 
 
 def test_access_reports_what_open_allows(shared_dir):
