@@ -399,3 +399,40 @@ def test_directory_times_follow_entry_changes(d):
     write_file(sub / "f", b"content")     # writing a file in it changes the directory's times not at all
     os.listdir(sub)
     assert os.stat(sub).st_mtime_ns == T_PAST
+
+
+# ---- executing files -------------------------------------------------------------------------------------
+
+
+def test_programs_and_scripts_run_from_the_file_system(d):
+    import shutil
+    import subprocess
+    import time
+
+    prog = d / "true"
+    shutil.copyfile("/bin/true", prog)
+    os.chmod(prog, 0o755)
+    assert subprocess.run([str(prog)], timeout=30).returncode == 0
+    script = d / "s.sh"
+    write_file(script, b"#!/bin/sh\necho ran $1\n", 0o755)
+    assert subprocess.run([str(script), "ok"], capture_output=True, timeout=30).stdout == b"ran ok\n"
+    os.chmod(script, 0o644)
+    with raises_errno(errno.EACCES):
+        subprocess.run([str(script)], timeout=30)
+    # A running program's file cannot be opened for writing (ETXTBSY), and can be replaced by rename.
+    sleeper = d / "sleep"
+    shutil.copyfile("/bin/sleep", sleeper)
+    os.chmod(sleeper, 0o755)
+    proc = subprocess.Popen([str(sleeper), "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{proc.pid}/exe") != str(sleeper) and time.monotonic() < deadline:
+            time.sleep(0.01)   # until the exec happened
+        with raises_errno(errno.ETXTBSY):
+            os.open(sleeper, os.O_WRONLY)
+        write_file(d / "new", b"replacement", 0o755)
+        os.rename(d / "new", sleeper)
+        assert read_file(sleeper) == b"replacement"
+    finally:
+        proc.kill()
+        proc.wait()
