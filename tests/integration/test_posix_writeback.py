@@ -259,3 +259,31 @@ def test_extended_attributes_work_or_are_cleanly_unsupported(d):
         return
     assert os.getxattr(p, "user.k") == b"v"
     assert "user.k" in os.listxattr(p)
+
+
+def test_o_direct_reads_and_writes_are_coherent_with_buffered_ones(d):
+    p = d / "f"
+    buffered = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    os.write(buffered, b"B" * 100_000)          # possibly still buffered by the file system
+    try:
+        direct = os.open(p, os.O_RDWR | os.O_DIRECT)
+    except OSError as e:
+        os.close(buffered)
+        assert e.errno == errno.EINVAL, e       # a file system may refuse O_DIRECT
+        return
+    cached = os.open(p, os.O_RDONLY)
+    try:
+        page = mmap.mmap(-1, 65536)
+        assert os.preadv(direct, [page], 0) == 65536
+        assert page[:] == b"B" * 65536, "a direct read sees buffered writes"
+        assert os.pread(cached, 4096, 0) == b"B" * 4096   # now in the page cache
+        out = mmap.mmap(-1, 4096)
+        out.write(b"D" * 4096)
+        assert os.pwritev(direct, [out], 0) == 4096
+        assert os.pread(cached, 4096, 0) == b"D" * 4096, "a direct write invalidates cached pages"
+        with mmap.mmap(buffered, 8192, mmap.MAP_SHARED, mmap.PROT_READ) as m:
+            assert m[:4096] == b"D" * 4096
+    finally:
+        for fd in (buffered, direct, cached):
+            os.close(fd)
+    assert read_file(p) == b"D" * 4096 + b"B" * (100_000 - 4096)
