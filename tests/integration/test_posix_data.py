@@ -94,6 +94,30 @@ def test_truncate_changes_mtime_and_ctime(d):
     assert st.st_atime_ns == T_PAST
 
 
+def test_o_trunc_stamps_even_an_empty_file(d):
+    """POSIX open(): O_TRUNC on an existing file marks mtime and ctime for update, whatever its size."""
+    p = d / "f"
+    write_file(p)
+    os.utime(p, ns=(T_PAST, T_PAST))
+    ctime = os.stat(p).st_ctime_ns
+    clock_tick()
+    os.close(os.open(p, os.O_WRONLY | os.O_TRUNC))
+    st = os.stat(p)
+    assert st.st_mtime_ns > T_PAST
+    assert st.st_ctime_ns > ctime
+
+
+def test_a_write_of_zero_bytes_changes_nothing(d):
+    p = d / "f"
+    write_file(p, b"abc")
+    os.utime(p, ns=(T_PAST, T_PAST))
+    fd = os.open(p, os.O_WRONLY)
+    assert os.write(fd, b"") == 0
+    os.close(fd)
+    st = os.stat(p)
+    assert (st.st_size, st.st_mtime_ns) == (3, T_PAST)
+
+
 # ---- sparse and large files ------------------------------------------------------------------------------
 
 
