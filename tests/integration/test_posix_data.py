@@ -389,6 +389,25 @@ def test_write_changes_mtime_and_ctime_read_changes_neither(d):
     assert st.st_ctime_ns > ctime
 
 
+@bftfs_bug("13", strict=False)
+def test_mtime_after_close_reflects_a_write_seen_by_fstat_before_close(d):
+    """stat() right after close() shows the mtime of the last write, even if fstat() ran while the write was
+    still buffered (make compares these times)."""
+    stale = 0
+    rounds = 40
+    for i in range(rounds):
+        p = d / f"f{i}"
+        write_file(p, b"y" * 123)
+        fd = os.open(p, os.O_RDWR | os.O_TRUNC)
+        before = os.fstat(fd).st_mtime_ns
+        clock_tick()
+        os.pwrite(fd, b"Z", 122)
+        os.fstat(fd)
+        os.close(fd)
+        stale += not os.stat(p).st_mtime_ns > before
+    assert stale == 0, f"{stale} of {rounds} files showed their pre-write mtime after close"
+
+
 def test_metadata_ops_change_ctime_only(d):
     p = d / "f"
     write_file(p, b"x")
