@@ -287,3 +287,69 @@ def test_o_direct_reads_and_writes_are_coherent_with_buffered_ones(d):
         for fd in (buffered, direct, cached):
             os.close(fd)
     assert read_file(p) == b"D" * 4096 + b"B" * (100_000 - 4096)
+
+
+def test_overlapping_writes_through_several_fds_keep_their_order(d):
+    """Writes through different descriptors of one file land in the order they were made, whatever order the
+    descriptors are closed or reopened in (a client that buffers per descriptor must not reorder them)."""
+    import random
+
+    p = d / "f"
+    rng = random.Random(7)
+    model = bytearray()
+    fds = [os.open(p, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)] + [os.open(p, os.O_RDWR) for _ in range(2)]
+    try:
+        for i in range(1500):
+            k = rng.randrange(3)
+            off, n = rng.randrange(0, 600_000), rng.randrange(1, 70_000)
+            data = bytes([65 + i % 26]) * n
+            assert os.pwrite(fds[k], data, off) == n
+            model.extend(bytes(max(0, off + n - len(model))))
+            model[off:off + n] = data
+            if rng.random() < 0.05:
+                os.close(fds[k])
+                fds[k] = os.open(p, os.O_RDWR)
+            if rng.random() < 0.02:
+                assert read_file(p) == bytes(model), f"after {i + 1} writes"
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert read_file(p) == bytes(model)
+
+
+def _write_stripes(path: str, me: int, writers: int, blocks: int, seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    mine = [b for b in range(blocks) if b % writers == me]
+    rng.shuffle(mine)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for b in mine:
+            assert os.pwrite(fd, bytes([b % 251]) * 4096, b * 4096) == 4096
+    finally:
+        os.close(fd)
+
+
+def test_concurrent_processes_writing_disjoint_blocks_of_one_file(d):
+    p = d / "f"
+    write_file(p)
+    writers, blocks = 4, 1024
+    pids = []
+    for me in range(writers):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _write_stripes(str(p), me, writers, blocks, me)
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    for pid in pids:
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    data = read_file(p)
+    assert len(data) == blocks * 4096
+    for b in range(blocks):
+        assert data[b * 4096:(b + 1) * 4096] == bytes([b % 251]) * 4096, f"block {b}"
