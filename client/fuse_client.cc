@@ -28,9 +28,8 @@ using fs::OpCode;
 
 constexpr fs::Handle kRootHandle = fs::Handle{false, 0, 1, 1};
 constexpr std::uint32_t kReadChunkBytes = fs::kIoBytesMax;
-// READ results of two maximal ops would exceed kFsResultBytesMax; writes have small results, so one request
-// carries up to this many WRITE ops (FUSE's largest write is 1 MiB = two ops).
-constexpr std::size_t kWriteOpsPerRequest = 4;
+// The largest write() the kernel sends (conn->max_write) is this many 512 KiB WRITE ops, one request each.
+constexpr std::size_t kWriteOpsPerRequest = 2;
 
 // ---- errno: one table from the wire's Linux errnos and our own failures to what FUSE replies ----
 // The wire carries Linux errno values (services/fs/fs_codec.h err::); this daemon runs on Linux, so a valid
@@ -366,12 +365,14 @@ struct FuseClient::Impl {
   void getattr(fuse_req_t req, FuseIno id) {
     const auto s = table.snapshot(id);
     if (!s) return (void)freply_err(req, ESTALE);
-    // Our own writes in flight: the committed layer plus their overlay is the newest state we can know
-    // without waiting for them, and it includes them (read-your-writes).
-    if (s->has_pending) return reply_attr(req, id, s->attr);
+    InterruptScope scope(req, table);
+    // Our own writes in flight: their size is in the overlay, but their mtime, ctime and blocks are the
+    // service's (agreed time) and known only once they are final. stat after write must show them, so wait.
+    if (s->has_pending && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
+      return (void)freply_err(req, EINTR);
+    }
     fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
     op.handle = s->handle;
-    InterruptScope scope(req, table);
     CallResult r = call(&scope, single(std::move(op)), true);
     if (r.err != 0) return (void)freply_err(req, r.err);
     table.update_attr(r.result.results[0].attr, r.seq);
@@ -783,8 +784,12 @@ struct FuseClient::Impl {
     }
     const bool append = of != nullptr && (of->flags & O_APPEND) != 0;
     const fs::Cred cred = io_cred(of, id, 2);
-    fs::Request r;
-    for (size_t done = 0; done < size || r.ops.empty();) {
+    // One WRITE op of at most 512 KiB per request: a PBFT operation is at most 1 MiB including the shim's
+    // envelope, so two maximal ops would not fit. The requests execute in submission order, so a large
+    // write() is applied in order, like NFS WRITEs of wsize each (not atomic against other clients').
+    NodeTable* t = &table;
+    size_t done = 0;
+    do {
       const size_t n = std::min<size_t>(fs::kIoBytesMax, size - done);
       fs::Op op = make_op(OpCode::kWrite, cred);
       op.handle = *h;
@@ -792,21 +797,19 @@ struct FuseClient::Impl {
       op.offset = append ? 0 : static_cast<std::uint64_t>(off) + done;
       op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
                      reinterpret_cast<const std::uint8_t*>(buf) + done + n);
-      r.ops.push_back(std::move(op));
+      const std::uint64_t seq = next_seq.fetch_add(1);
+      const std::uint64_t offset = op.offset;
+      table.write_submitted(id, offset, n, append);
+      Callbacks cb;
+      cb.on_final = [t, id, offset, n, seq](Final f) {
+        CallResult out = interpret(std::move(f), CallResult{});
+        std::optional<fs::Attr> attr;
+        if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
+        t->write_finished(id, offset, n, static_cast<std::uint32_t>(out.err), attr, seq);
+      };
+      (void)backend->submit(single(std::move(op)), SubmitOptions{}, std::move(cb));
       done += n;
-    }
-    const std::uint64_t seq = next_seq.fetch_add(1);
-    const std::uint64_t offset = static_cast<std::uint64_t>(off);
-    table.write_submitted(id, offset, size, append);
-    Callbacks cb;
-    NodeTable* t = &table;
-    cb.on_final = [t, id, offset, size, seq](Final f) {
-      CallResult out = interpret(std::move(f), CallResult{});
-      std::optional<fs::Attr> attr;
-      if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
-      t->write_finished(id, offset, size, static_cast<std::uint32_t>(out.err), attr, seq);
-    };
-    (void)backend->submit(r, SubmitOptions{}, std::move(cb));
+    } while (done < size);
     freply_write(req, size);
   }
 
@@ -956,7 +959,7 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   if ((conn->capable & FUSE_CAP_CACHE_SYMLINKS) != 0) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
   // The service clears set-uid bits on write, truncate and chown itself.
   if ((conn->capable & FUSE_CAP_HANDLE_KILLPRIV) != 0) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
-  conn->max_write = static_cast<unsigned>(2 * fs::kIoBytesMax);
+  conn->max_write = static_cast<unsigned>(kWriteOpsPerRequest * fs::kIoBytesMax);
   conn->max_readahead = static_cast<unsigned>(fs::kIoBytesMax);
 }
 

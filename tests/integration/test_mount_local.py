@@ -16,12 +16,13 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from bftfs_mount import Mount, as_user
+
+pytestmark = pytest.mark.fuse
 
 USER_A = (12001, 12001)
 USER_B = (12002, 12002)
@@ -86,7 +87,7 @@ def test_write_read_stat_and_large_io_across_512k_ops(mnt):
     p.write_bytes(data)
     assert os.stat(p).st_size == len(data)
     assert p.read_bytes() == data
-    # 1 MiB writes at odd offsets (each is a compound of two 512 KiB WRITE ops) and reads across op bounds.
+    # 1 MiB writes at odd offsets (each is two 512 KiB WRITE requests) and reads across op bounds.
     fd = os.open(p, os.O_RDWR)
     try:
         chunk = rng.randbytes(1 << 20)
