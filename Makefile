@@ -54,7 +54,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        demo-counter bench-fs bench-fs-faults bench-fs-recovery clean help
+        demo-counter bench-fs bench-fs-faults bench-fs-recovery posix-external clean help
 
 help:
 	@echo "bftfs make targets:"
@@ -71,6 +71,7 @@ help:
 	@echo "  make bench-fs      grep/write/create100 + Andrew on native, FUSE local, NO-REP, PBFT (QUICK=1, BENCH_SYSTEMS=...)"
 	@echo "  make bench-fs-faults  Andrew on PBFT with a backup, then the primary, killed; tree vs a fault-free run"
 	@echo "  make bench-fs-recovery  fs disk store: wiped replica rejoin, corrupt block repair, crash of all"
+	@echo "  make posix-external  pjdfstest and fsx (cargo install) against a local bftfs mount"
 	@echo "  make clean         remove build directories"
 
 deps:
@@ -143,6 +144,10 @@ bench-fs-faults: deps all
 
 bench-fs-recovery: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_fs_recovery.py
+
+# Independent POSIX tools (pjdfstest, fsx-rs; installed with cargo the first time) against a local bftfs mount.
+posix-external: all
+	@BFTFS_BUILD="$(abspath $(BUILD))" bash tests/tools/posix_external.sh
 
 demo: deps all
 	@BFTFS_BUILD="$(abspath $(BUILD))" bash scripts/demo.sh

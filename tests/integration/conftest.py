@@ -37,6 +37,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import pytest
 
+# The POSIX suite's shared fixtures (test_posix_*.py load it with pytest_plugins): asserts rewritten there too.
+pytest.register_assert_rewrite("posix_harness")
+
 REPO = Path(__file__).resolve().parents[2]
 STATUS_FILE = "status.json"
 READY_TIMEOUT_S = float(os.environ.get("BFTFS_READY_TIMEOUT_S", "30"))
