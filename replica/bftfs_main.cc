@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "client/cli_mount.h"
 #include "replica/cli_common.h"
 
 namespace {
@@ -18,7 +19,8 @@ void print_usage(FILE* out) {
       "  relay      run the relay that FUSE mounts talk to (Unix socket -> PBFT-CS requests)\n"
       "  fsop       one file operation by path through a relay, without FUSE (scripts, tests)\n"
       "  cluster    start or stop a local cluster in the background (cluster start|stop --help)\n"
-      "  status     print the status of every replica and the relay of a local cluster\n",
+      "  status     print the status of every replica and the relay of a local cluster\n"
+      "  mount      mount the file system with FUSE (bftfs umount MNT to unmount)\n",
       out);
 }
 
@@ -43,6 +45,8 @@ int main(int argc, char** argv) {
   if (cmd == "status") return cmd_status(argc, argv);
   if (cmd == "relay") return cmd_relay(argc, argv);
   if (cmd == "fsop") return cmd_fsop(argc, argv);
+  if (cmd == "mount") return bftfs::client::cmd_mount(argc, argv);
+  if (cmd == "umount") return bftfs::client::cmd_umount(argc, argv);
   std::fprintf(stderr, "bftfs: unknown command '%s'\n", cmd.c_str());
   print_usage(stderr);
   return kExitUsage;

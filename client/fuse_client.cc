@@ -1,0 +1,1107 @@
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 14)
+#include "client/fuse_client.h"
+
+#include <fuse_lowlevel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include "common/assert.h"
+#include "common/log.h"
+
+namespace bftfs::client {
+
+namespace {
+
+using fs::OpCode;
+
+constexpr fs::Handle kRootHandle = fs::Handle{false, 0, 1, 1};
+constexpr std::uint32_t kReadChunkBytes = fs::kIoBytesMax;
+// READ results of two maximal ops would exceed kFsResultBytesMax; writes have small results, so one request
+// carries up to this many WRITE ops (FUSE's largest write is 1 MiB = two ops).
+constexpr std::size_t kWriteOpsPerRequest = 4;
+
+// ---- errno: one table from the wire's Linux errnos and our own failures to what FUSE replies ----
+// The wire carries Linux errno values (services/fs/fs_codec.h err::); this daemon runs on Linux, so a valid
+// one passes through unchanged. Anything outside the range a Linux errno can take is a broken result: EIO.
+int to_host_errno(std::uint32_t wire) {
+  if (wire == 0 || wire > 4095) return EIO;
+  return static_cast<int>(wire);
+}
+
+mode_t type_bits(fs::FileType t) {
+  switch (t) {
+    case fs::FileType::kRegular: return S_IFREG;
+    case fs::FileType::kDirectory: return S_IFDIR;
+    case fs::FileType::kSymlink: return S_IFLNK;
+    case fs::FileType::kFifo: return S_IFIFO;
+    case fs::FileType::kSocket: return S_IFSOCK;
+    case fs::FileType::kCharDevice: return S_IFCHR;
+    case fs::FileType::kBlockDevice: return S_IFBLK;
+  }
+  return S_IFREG;
+}
+
+struct stat to_stat(const fs::Attr& a) {
+  struct stat st {};
+  st.st_ino = a.ino;
+  st.st_mode = type_bits(a.type) | (a.mode & 07777);
+  st.st_nlink = a.nlink;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blocks = static_cast<blkcnt_t>(a.blocks);
+  st.st_blksize = 65536;
+  st.st_rdev = static_cast<dev_t>(a.rdev);
+  st.st_atim.tv_sec = static_cast<time_t>(a.atime_ns / 1000000000ull);
+  st.st_atim.tv_nsec = static_cast<long>(a.atime_ns % 1000000000ull);
+  st.st_mtim.tv_sec = static_cast<time_t>(a.mtime_ns / 1000000000ull);
+  st.st_mtim.tv_nsec = static_cast<long>(a.mtime_ns % 1000000000ull);
+  st.st_ctim.tv_sec = static_cast<time_t>(a.ctime_ns / 1000000000ull);
+  st.st_ctim.tv_nsec = static_cast<long>(a.ctime_ns % 1000000000ull);
+  return st;
+}
+
+std::uint64_t timespec_ns(const timespec& ts) {
+  if (ts.tv_sec < 0) return 0;  // before 1970: the wire has no negative times
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+fs::Cred cred_of(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  fs::Cred c;
+  c.uid = ctx->uid;
+  c.gid = ctx->gid;
+  gid_t groups[64];
+  const int n = fuse_req_getgroups(req, 64, groups);
+  // n < 0: not available (e.g. the process is gone); the primary gid still applies. More groups than the wire
+  // carries: keep the first kGroupsMax (the kernel already checked with all of them under default_permissions).
+  for (int i = 0; i < n && i < 64 && c.groups.size() < fs::kGroupsMax; ++i) {
+    if (groups[i] != c.gid) c.groups.push_back(groups[i]);
+  }
+  return c;
+}
+
+bool in_group(const fs::Cred& c, std::uint32_t gid) {
+  return c.gid == gid || std::find(c.groups.begin(), c.groups.end(), gid) != c.groups.end();
+}
+
+// Whether `c` has `want` (r=4, w=2, x=1) on `a` by its mode bits (the service's rule).
+bool mode_allows(const fs::Cred& c, const fs::Attr& a, std::uint32_t want) {
+  if (c.uid == 0) return true;
+  std::uint32_t bits = 0;
+  if (c.uid == a.uid) {
+    bits = (a.mode >> 6) & 7;
+  } else if (in_group(c, a.gid)) {
+    bits = (a.mode >> 3) & 7;
+  } else {
+    bits = a.mode & 7;
+  }
+  return (bits & want) == want;
+}
+
+fs::Op make_op(OpCode code, const fs::Cred& cred) {
+  fs::Op op;
+  op.code = code;
+  op.cred = cred;
+  return op;
+}
+
+fs::Request single(fs::Op op) {
+  fs::Request r;
+  r.ops.push_back(std::move(op));
+  return r;
+}
+
+// An open file (fuse_file_info::fh).
+struct OpenFile {
+  FuseIno node = 0;
+  int flags = 0;
+  fs::Cred cred;  // the opener's: I/O on the descriptor was authorized at open (see io_cred)
+};
+
+// What one waited-for request gave.
+struct CallResult {
+  int err = 0;              // 0, or the positive errno to reply
+  bool predicate_failed = false;
+  fs::Result result;        // when err == 0 or predicate_failed (results of ops 0..stop)
+  std::uint64_t seq = 0;    // local submission number (orders attribute updates)
+};
+
+// Interrupt registration for one FUSE request, RAII: while alive, a FUSE_INTERRUPT for `req` sets the flag and
+// wakes every waiter. The destructor unregisters; libfuse runs the callback under the request's lock, so after
+// unregistering it can no longer run.
+//
+// A reply frees the request, so the scope must end before it: every reply goes through the freply_* wrappers
+// below, which end the scope active on this thread (handlers reply on the thread that runs them).
+class InterruptScope;
+thread_local InterruptScope* tl_scope = nullptr;
+
+class InterruptScope {
+ public:
+  InterruptScope(fuse_req_t req, NodeTable& table) : req_(req), table_(table) {
+    BFT_ASSERT(tl_scope == nullptr);  // one scope per handler
+    tl_scope = this;
+    fuse_req_interrupt_func(req_, &InterruptScope::on_interrupt, this);
+  }
+  ~InterruptScope() { end(); }
+  // Unregisters (idempotent). After it returns the callback is not running and will not run.
+  void end() {
+    if (ended_) return;
+    ended_ = true;
+    fuse_req_interrupt_func(req_, nullptr, nullptr);
+    tl_scope = nullptr;
+  }
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+  bool interrupted() const { return flag_.load(); }
+  // Waiters on a call's condition variable register it so the interrupt wakes them too.
+  void set_wakeup(std::mutex* mu, std::condition_variable* cv) {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    mu_ = mu;
+    cv_ = cv;
+  }
+
+ private:
+  static void on_interrupt(fuse_req_t, void* data) {
+    auto* self = static_cast<InterruptScope*>(data);
+    self->flag_.store(true);
+    {
+      std::lock_guard<std::mutex> lock(self->wake_mu_);
+      if (self->mu_ != nullptr) {
+        { std::lock_guard<std::mutex> l2(*self->mu_); }
+        self->cv_->notify_all();
+      }
+    }
+    self->table_.notify_waiters();
+  }
+  fuse_req_t req_;
+  NodeTable& table_;
+  std::atomic<bool> flag_{false};
+  bool ended_ = false;
+  std::mutex wake_mu_;
+  std::mutex* mu_ = nullptr;
+  std::condition_variable* cv_ = nullptr;
+};
+
+void end_scope() {
+  if (tl_scope != nullptr) tl_scope->end();
+}
+int freply_err(fuse_req_t req, int err) { end_scope(); return fuse_reply_err(req, err); }
+void freply_none(fuse_req_t req) { end_scope(); fuse_reply_none(req); }
+int freply_entry(fuse_req_t req, const fuse_entry_param* e) { end_scope(); return fuse_reply_entry(req, e); }
+int freply_create(fuse_req_t req, const fuse_entry_param* e, const fuse_file_info* fi) {
+  end_scope();
+  return fuse_reply_create(req, e, fi);
+}
+int freply_attr(fuse_req_t req, const struct stat* st, double timeout) {
+  end_scope();
+  return fuse_reply_attr(req, st, timeout);
+}
+int freply_readlink(fuse_req_t req, const char* link) { end_scope(); return fuse_reply_readlink(req, link); }
+int freply_open(fuse_req_t req, const fuse_file_info* fi) { end_scope(); return fuse_reply_open(req, fi); }
+int freply_write(fuse_req_t req, size_t count) { end_scope(); return fuse_reply_write(req, count); }
+int freply_buf(fuse_req_t req, const char* buf, size_t size) { end_scope(); return fuse_reply_buf(req, buf, size); }
+int freply_statfs(fuse_req_t req, const struct statvfs* st) { end_scope(); return fuse_reply_statfs(req, st); }
+
+struct Waiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Final fin;
+};
+
+}  // namespace
+
+struct FuseClient::Impl {
+  MountOptions opt;
+  NodeTable table{kRootHandle};
+  Backend* backend = nullptr;
+  fuse_session* se = nullptr;
+  std::string mountpoint;
+  std::atomic<std::uint64_t> next_seq{1};
+  std::atomic<bool> mounted{false};
+
+  explicit Impl(MountOptions o) : opt(o) {}
+
+  // ---- calling the backend ----
+
+  // Submits `r` and waits for its final result, or until `scope` is interrupted (then EINTR; the request may
+  // still execute). With a null scope the wait is not interruptible (release, forget: the kernel waits for
+  // no answer).
+  CallResult call(InterruptScope* scope, const fs::Request& r, bool read_only) {
+    auto w = std::make_shared<Waiter>();
+    CallResult out;
+    out.seq = next_seq.fetch_add(1);
+    SubmitOptions so;
+    so.read_only = read_only;
+    Callbacks cb;
+    cb.on_final = [w](Final f) {
+      {
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->fin = std::move(f);
+        w->done = true;
+      }
+      w->cv.notify_all();
+    };
+    const std::uint64_t tag = backend->submit(r, so, std::move(cb));
+    {
+      if (scope != nullptr) scope->set_wakeup(&w->mu, &w->cv);
+      std::unique_lock<std::mutex> lock(w->mu);
+      w->cv.wait(lock, [&] { return w->done || (scope != nullptr && scope->interrupted()); });
+      if (!w->done) {
+        lock.unlock();
+        if (scope != nullptr) scope->set_wakeup(nullptr, nullptr);
+        backend->cancel(tag);
+        out.err = EINTR;
+        return out;
+      }
+    }
+    if (scope != nullptr) scope->set_wakeup(nullptr, nullptr);
+    return interpret(std::move(w->fin), out);
+  }
+
+  static CallResult interpret(Final fin, CallResult out) {
+    if (fin.status == FinalStatus::kRefused) {
+      LOG_ERROR("", "client: request refused by the backend: %s", fin.reason.c_str());
+      out.err = EIO;
+      return out;
+    }
+    const fs::Result& res = fin.result;
+    switch (res.outcome) {
+      case fs::Outcome::kDone:
+        out.result = std::move(fin.result);
+        return out;
+      case fs::Outcome::kOpFailed:
+        if (res.stop >= res.results.size()) {
+          out.err = EIO;
+          return out;
+        }
+        out.err = to_host_errno(res.results[res.stop].err);
+        out.result = std::move(fin.result);
+        return out;
+      case fs::Outcome::kPredicateFailed:
+        out.predicate_failed = true;
+        out.result = std::move(fin.result);
+        return out;
+      case fs::Outcome::kMalformed:
+        // Our own encoder produced something the service rejects: a bug on this side, not the user's.
+        LOG_ERROR("", "client: the service rejected a request as malformed (reason %u)", res.stop);
+        out.err = EIO;
+        return out;
+    }
+    out.err = EIO;
+    return out;
+  }
+
+  // ---- replies ----
+
+  void reply_entry(fuse_req_t req, const fs::Attr& attr, std::uint64_t seq) {
+    const FuseIno id = table.remember(attr, seq);
+    fuse_entry_param e{};
+    e.ino = id;
+    e.generation = attr.generation;
+    const auto s = table.snapshot(id);
+    e.attr = to_stat(s ? s->attr : attr);
+    e.attr_timeout = opt.attr_timeout_s;
+    e.entry_timeout = opt.entry_timeout_s;
+    // If the kernel did not take the entry (the request was interrupted), it will never forget it.
+    if (freply_entry(req, &e) != 0) (void)table.forget(id, 1);
+  }
+
+  void reply_attr(fuse_req_t req, FuseIno id, const fs::Attr& fallback) {
+    const auto s = table.snapshot(id);
+    const struct stat st = to_stat(s ? s->attr : fallback);
+    freply_attr(req, &st, opt.attr_timeout_s);
+  }
+
+  // The credentials for I/O on an open descriptor. POSIX checks permission at open, not per read or write:
+  // a file created 0444 and written through the descriptor that created it (git objects, tar) must work. The
+  // service checks every WRITE/READ against the mode, so when the opener's credentials no longer pass the mode
+  // check, the I/O goes with root credentials -- the descriptor is the capability the kernel already granted.
+  fs::Cred io_cred(const OpenFile* of, FuseIno id, std::uint32_t want) {
+    const auto s = table.snapshot(id);
+    if (of == nullptr || !s) return fs::Cred{0, 0, {}};
+    if (mode_allows(of->cred, s->attr, want)) return of->cred;
+    return fs::Cred{0, 0, {}};
+  }
+
+  std::optional<fs::Handle> handle_of(FuseIno id) { return table.handle(id); }
+
+  // ---- handlers ----
+
+  void lookup(fuse_req_t req, FuseIno parent, const char* name) {
+    const auto dir = handle_of(parent);
+    if (!dir) return (void)freply_err(req, ESTALE);
+    fs::Op op = make_op(OpCode::kLookup, cred_of(req));
+    op.handle = *dir;
+    op.name = name;
+    InterruptScope scope(req, table);
+    CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err == ENOENT && opt.negative_timeout_s > 0) {
+      fuse_entry_param e{};
+      e.ino = 0;
+      e.entry_timeout = opt.negative_timeout_s;
+      freply_entry(req, &e);
+      return;
+    }
+    if (r.err != 0) return (void)freply_err(req, r.err);
+    reply_entry(req, r.result.results[0].attr, r.seq);
+  }
+
+  void forget(FuseIno id, std::uint64_t n) { (void)table.forget(id, n); }
+
+  void getattr(fuse_req_t req, FuseIno id) {
+    const auto s = table.snapshot(id);
+    if (!s) return (void)freply_err(req, ESTALE);
+    // Our own writes in flight: the committed layer plus their overlay is the newest state we can know
+    // without waiting for them, and it includes them (read-your-writes).
+    if (s->has_pending) return reply_attr(req, id, s->attr);
+    fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
+    op.handle = s->handle;
+    InterruptScope scope(req, table);
+    CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err != 0) return (void)freply_err(req, r.err);
+    table.update_attr(r.result.results[0].attr, r.seq);
+    reply_attr(req, id, r.result.results[0].attr);
+  }
+
+  void setattr(fuse_req_t req, FuseIno id, const struct stat* attr, int to_set) {
+    const auto h = handle_of(id);
+    if (!h) return (void)freply_err(req, ESTALE);
+    InterruptScope scope(req, table);
+    // Truncation must follow our writes in flight (a truncate is ordered after them anyway; waiting also keeps
+    // the overlay from extending the size the truncate sets).
+    if ((to_set & FUSE_SET_ATTR_SIZE) != 0 && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
+      return (void)freply_err(req, EINTR);
+    }
+    fs::Op op = make_op(OpCode::kSetattr, cred_of(req));
+    op.handle = *h;
+    std::uint8_t m = 0;
+    if ((to_set & FUSE_SET_ATTR_MODE) != 0) {
+      m |= fs::setattr::kMode;
+      op.mode = attr->st_mode & 07777;
+    }
+    if ((to_set & FUSE_SET_ATTR_UID) != 0) {
+      m |= fs::setattr::kUid;
+      op.uid = attr->st_uid;
+    }
+    if ((to_set & FUSE_SET_ATTR_GID) != 0) {
+      m |= fs::setattr::kGid;
+      op.gid = attr->st_gid;
+    }
+    if ((to_set & FUSE_SET_ATTR_SIZE) != 0) {
+      if (attr->st_size < 0) return (void)freply_err(req, EINVAL);
+      m |= fs::setattr::kSize;
+      op.size = static_cast<std::uint64_t>(attr->st_size);
+    }
+    if ((to_set & FUSE_SET_ATTR_ATIME_NOW) != 0) {
+      m |= fs::setattr::kAtimeNow;
+    } else if ((to_set & FUSE_SET_ATTR_ATIME) != 0) {
+      m |= fs::setattr::kAtime;
+      op.atime_ns = timespec_ns(attr->st_atim);
+    }
+    if ((to_set & FUSE_SET_ATTR_MTIME_NOW) != 0) {
+      m |= fs::setattr::kMtimeNow;
+    } else if ((to_set & FUSE_SET_ATTR_MTIME) != 0) {
+      m |= fs::setattr::kMtime;
+      op.mtime_ns = timespec_ns(attr->st_mtim);
+    }
+    op.mask = m;
+    if (m == 0) op.code = OpCode::kGetattr;  // only ctime or kill-suid asked: nothing the wire sets by itself
+    CallResult r = call(&scope, single(std::move(op)), m == 0);
+    if (r.err != 0) return (void)freply_err(req, r.err);
+    table.update_attr(r.result.results[0].attr, r.seq);
+    reply_attr(req, id, r.result.results[0].attr);
+  }
+
+  void readlink(fuse_req_t req, FuseIno id) {
+    const auto h = handle_of(id);
+    if (!h) return (void)freply_err(req, ESTALE);
+    fs::Op op = make_op(OpCode::kReadlink, cred_of(req));
+    op.handle = *h;
+    InterruptScope scope(req, table);
+    CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err != 0) return (void)freply_err(req, r.err);
+    freply_readlink(req, r.result.results[0].target.c_str());
+  }
+
+  // MKNOD, MKDIR, SYMLINK and CREATE without open: one op that returns the new object's Attr.
+  void make_entry(fuse_req_t req, fs::Op op) {
+    InterruptScope scope(req, table);
+    CallResult r = call(&scope, single(std::move(op)), false);
+    if (r.err != 0) return (void)freply_err(req, r.err);
+    reply_entry(req, r.result.results[0].attr, r.seq);
+  }
+
+  void mknod(fuse_req_t req, FuseIno parent, const char* name, mode_t mode, dev_t rdev) {
+    const auto dir = handle_of(parent);
+    if (!dir) return (void)freply_err(req, ESTALE);
+    fs::Op op = make_op(OpCode::kMknod, cred_of(req));
+    op.handle = *dir;
+    op.name = name;
+    op.mode = mode & 07777;
+    switch (mode & S_IFMT) {
+      case S_IFREG:
+      case 0:
+        op.code = OpCode::kCreate;
+        op.exclusive = true;
+        break;
+      case S_IFIFO: op.node_type = fs::FileType::kFifo; break;
+      case S_IFSOCK: op.node_type = fs::FileType::kSocket; break;
+      case S_IFCHR:
+        op.node_type = fs::FileType::kCharDevice;
+        op.rdev = rdev;
+        break;
+      case S_IFBLK:
+        op.node_type = fs::FileType::kBlockDevice;
+        op.rdev = rdev;
+        break;
+      default: return (void)freply_err(req, EINVAL);
+    }
+    make_entry(req, std::move(op));
+  }
+
+  void mkdir(fuse_req_t req, FuseIno parent, const char* name, mode_t mode) {
+    const auto dir = handle_of(parent);
+    if (!dir) return (void)freply_err(req, ESTALE);
+    fs::Op op = make_op(OpCode::kMkdir, cred_of(req));
+    op.handle = *dir;
+    op.name = name;
+    op.mode = mode & 07777;
+    make_entry(req, std::move(op));
+  }
+
+  void symlink(fuse_req_t req, const char* link, FuseIno parent, const char* name) {
+    const auto dir = handle_of(parent);
+    if (!dir) return (void)freply_err(req, ESTALE);
+    fs::Op op = make_op(OpCode::kSymlink, cred_of(req));
+    op.handle = *dir;
+    op.name = name;
+    op.target = link;
+    if (op.target.size() > fs::kSymlinkWireBytesMax) return (void)freply_err(req, ENAMETOOLONG);
+    make_entry(req, std::move(op));
+  }
+
+  // If (dir, name) names a regular file this client has open and whose last link that name is, returns its
+  // node: removing the name must then hide the file instead (silly rename).
+  std::optional<FuseIno> open_last_link(InterruptScope& scope, const fs::Cred& cred, const fs::Handle& dir,
+                                       const std::string& name, int& err) {
+    err = 0;
+    if (!table.any_open()) return std::nullopt;
+    fs::Op op = make_op(OpCode::kLookup, cred);
+    op.handle = dir;
+    op.name = name;
+    CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err == EINTR) {
+      err = EINTR;
+      return std::nullopt;
+    }
+    if (r.err != 0) return std::nullopt;  // the remove itself will report it
+    const fs::Attr& a = r.result.results[0].attr;
+    if (a.type != fs::FileType::kRegular || a.nlink != 1) return std::nullopt;
+    const auto id = table.find(a.handle());
+    if (!id) return std::nullopt;
+    const auto s = table.snapshot(*id);
+    if (!s || s->opens == 0) return std::nullopt;
+    return id;
+  }
+
+  // Renames (dir, name) of open node `id` to a hidden name in the same directory. Returns 0 or an errno.
+  int hide(InterruptScope& scope, const fs::Cred& cred, FuseIno id, const fs::Handle& dir, const std::string& name,
+           std::vector<fs::Op>* then) {
+    const auto h = table.handle(id);
+    BFT_ASSERT(h.has_value());
+    const std::string hidden = table.silly_name_for(*h);
+    fs::Request req;
+    fs::Op op = make_op(OpCode::kRename, cred);
+    op.handle = dir;
+    op.name = name;
+    op.handle2 = dir;
+    op.name2 = hidden;
+    req.ops.push_back(std::move(op));
+    if (then != nullptr) {
+      for (auto& o : *then) req.ops.push_back(std::move(o));
+    }
+    CallResult r = call(&scope, req, false);
+    if (r.err != 0) return r.err;
+    // Closed meanwhile: nobody will remove the hidden name at release, so do it now.
+    if (!table.set_silly(id, SillyName{dir, hidden})) remove_hidden(SillyName{dir, hidden});
+    return 0;
+  }
+
+  void remove_hidden(const SillyName& s) {
+    fs::Op op = make_op(OpCode::kRemove, fs::Cred{0, 0, {}});
+    op.handle = s.dir;
+    op.name = s.name;
+    CallResult r = call(nullptr, single(std::move(op)), false);
+    if (r.err != 0 && r.err != ENOENT) {
+      LOG_WARN("", "client: could not remove hidden file %s: %s", s.name.c_str(), std::strerror(r.err));
+    }
+  }
+
+  void unlink(fuse_req_t req, FuseIno parent, const char* name) {
+    const auto dir = handle_of(parent);
+    if (!dir) return (void)freply_err(req, ESTALE);
+    const fs::Cred cred = cred_of(req);
+    InterruptScope scope(req, table);
+    int err = 0;
+    const auto open_id = open_last_link(scope, cred, *dir, name, err);
+    if (err != 0) return (void)freply_err(req, err);
+    if (open_id) return (void)freply_err(req, hide(scope, cred, *open_id, *dir, name, nullptr));
+    fs::Op op = make_op(OpCode::kRemove, cred);
+    op.handle = *dir;
+    op.name = name;
+    CallResult r = call(&scope, single(std::move(op)), false);
+    freply_err(req, r.err);
+  }
+
+  void rmdir(fuse_req_t req, FuseIno parent, const char* name) {
+    const auto dir = handle_of(parent);
+    if (!dir) return (void)freply_err(req, ESTALE);
+    fs::Op op = make_op(OpCode::kRmdir, cred_of(req));
+    op.handle = *dir;
+    op.name = name;
+    InterruptScope scope(req, table);
+    CallResult r = call(&scope, single(std::move(op)), false);
+    freply_err(req, r.err);
+  }
+
+  void rename(fuse_req_t req, FuseIno parent, const char* name, FuseIno newparent, const char* newname,
+              unsigned flags) {
+    if ((flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) != 0) return (void)freply_err(req, EINVAL);
+    const auto from = handle_of(parent);
+    const auto to = handle_of(newparent);
+    if (!from || !to) return (void)freply_err(req, ESTALE);
+    const fs::Cred cred = cred_of(req);
+    InterruptScope scope(req, table);
+    fs::Op mv = make_op(OpCode::kRename, cred);
+    mv.handle = *from;
+    mv.name = name;
+    mv.handle2 = *to;
+    mv.name2 = newname;
+    if ((flags & RENAME_NOREPLACE) != 0) {
+      // One request: "the target does not exist" as a predicate, then the rename; all or nothing, so no other
+      // client can create the target in between.
+      fs::Request r;
+      fs::Op probe = make_op(OpCode::kLookup, cred);
+      probe.handle = *to;
+      probe.name = newname;
+      probe.expect.kind = fs::ExpectKind::kErrno;
+      probe.expect.err = fs::err::kNoEnt;
+      r.ops.push_back(std::move(probe));
+      r.ops.push_back(std::move(mv));
+      CallResult res = call(&scope, r, false);
+      if (res.predicate_failed) {
+        const std::uint32_t e = res.result.results.empty() ? fs::err::kIo : res.result.results[0].err;
+        return (void)freply_err(req, e == 0 ? EEXIST : to_host_errno(e));
+      }
+      return (void)freply_err(req, res.err);
+    }
+    int err = 0;
+    const auto open_id = open_last_link(scope, cred, *to, newname, err);
+    if (err != 0) return (void)freply_err(req, err);
+    if (open_id) {
+      // Renaming a name onto another link of the same file is a no-op: do not hide it then.
+      fs::Op probe = make_op(OpCode::kLookup, cred);
+      probe.handle = *from;
+      probe.name = name;
+      CallResult src = call(&scope, single(std::move(probe)), true);
+      if (src.err != 0) return (void)freply_err(req, src.err);
+      if (src.result.results[0].attr.handle() != table.handle(*open_id)) {
+        std::vector<fs::Op> then;
+        then.push_back(std::move(mv));
+        return (void)freply_err(req, hide(scope, cred, *open_id, *to, newname, &then));
+      }
+    }
+    CallResult r = call(&scope, single(std::move(mv)), false);
+    freply_err(req, r.err);
+  }
+
+  void link(fuse_req_t req, FuseIno id, FuseIno newparent, const char* newname) {
+    const auto h = handle_of(id);
+    const auto dir = handle_of(newparent);
+    if (!h || !dir) return (void)freply_err(req, ESTALE);
+    fs::Op op = make_op(OpCode::kLink, cred_of(req));
+    op.handle = *h;
+    op.handle2 = *dir;
+    op.name = newname;
+    make_entry(req, std::move(op));
+  }
+
+  // Access bits an open with `flags` needs.
+  static std::uint8_t open_wants(int flags) {
+    switch (flags & O_ACCMODE) {
+      case O_RDONLY: return 4;
+      case O_WRONLY: return 2;
+      default: return 6;
+    }
+  }
+
+  // Asks the service whether the caller may `want` on `h` (only without default_permissions).
+  int check_access(InterruptScope& scope, const fs::Cred& cred, const fs::Handle& h, std::uint8_t want) {
+    fs::Op op = make_op(OpCode::kAccess, cred);
+    op.handle = h;
+    op.access = want;
+    CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err != 0) return r.err;
+    return r.result.results[0].granted == want ? 0 : EACCES;
+  }
+
+  void open(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
+    const auto s = table.snapshot(id);
+    if (!s) return (void)freply_err(req, ESTALE);
+    const fs::Cred cred = cred_of(req);
+    InterruptScope scope(req, table);
+    fs::Attr attr = s->attr;
+    if (!s->has_pending) {
+      // Close-to-open: the attributes at open come from the service, never from a cache.
+      fs::Op op = make_op(OpCode::kGetattr, cred);
+      op.handle = s->handle;
+      CallResult r = call(&scope, single(std::move(op)), true);
+      if (r.err != 0) return (void)freply_err(req, r.err);
+      table.update_attr(r.result.results[0].attr, r.seq);
+      attr = r.result.results[0].attr;
+    }
+    if (!opt.default_permissions) {
+      const int e = check_access(scope, cred, s->handle, open_wants(fi->flags));
+      if (e != 0) return (void)freply_err(req, e);
+    }
+    const bool keep = table.opened(id, DataVersion{attr.mtime_ns, attr.size});
+    if (!keep) {
+      // The kernel's cached size and times may predate another client's close: drop them (attributes only;
+      // the page cache is dropped by the open reply without keep_cache).
+      fuse_lowlevel_notify_inval_inode(se, id, -1, 0);
+    }
+    auto* of = new OpenFile{id, fi->flags, cred};
+    fi->fh = reinterpret_cast<std::uint64_t>(of);
+    fi->keep_cache = keep ? 1 : 0;
+    // O_APPEND writes land where the service says (atomic across clients), which the kernel cannot predict:
+    // bypass the page cache for such descriptors.
+    if ((fi->flags & O_APPEND) != 0) fi->direct_io = 1;
+    if (freply_open(req, fi) != 0) {
+      (void)table.released(id);
+      delete of;
+    }
+  }
+
+  void create(fuse_req_t req, FuseIno parent, const char* name, mode_t mode, fuse_file_info* fi) {
+    const auto dir = handle_of(parent);
+    if (!dir) return (void)freply_err(req, ESTALE);
+    const fs::Cred cred = cred_of(req);
+    fs::Request r;
+    fs::Op op = make_op(OpCode::kCreate, cred);
+    op.handle = *dir;
+    op.name = name;
+    op.mode = mode & 07777;
+    op.exclusive = (fi->flags & O_EXCL) != 0;
+    r.ops.push_back(std::move(op));
+    if ((fi->flags & O_TRUNC) != 0 && (fi->flags & O_EXCL) == 0) {
+      // The name may exist after all (another client made it since our negative lookup): O_TRUNC applies.
+      fs::Op t = make_op(OpCode::kSetattr, cred);
+      t.handle = fs::Handle::result_of(0);
+      t.mask = fs::setattr::kSize;
+      t.size = 0;
+      r.ops.push_back(std::move(t));
+    }
+    InterruptScope scope(req, table);
+    CallResult res = call(&scope, r, false);
+    if (res.err != 0) return (void)freply_err(req, res.err);
+    if (res.result.results[0].attr.type == fs::FileType::kDirectory) return (void)freply_err(req, EISDIR);
+    const fs::Attr& attr = res.result.results.back().attr;
+    const FuseIno id = table.remember(attr, res.seq);
+    (void)table.opened(id, DataVersion{attr.mtime_ns, attr.size});
+    auto* of = new OpenFile{id, fi->flags, cred};
+    fi->fh = reinterpret_cast<std::uint64_t>(of);
+    fi->keep_cache = 1;
+    if ((fi->flags & O_APPEND) != 0) fi->direct_io = 1;
+    fuse_entry_param e{};
+    e.ino = id;
+    e.generation = attr.generation;
+    const auto s = table.snapshot(id);
+    e.attr = to_stat(s ? s->attr : attr);
+    e.attr_timeout = opt.attr_timeout_s;
+    e.entry_timeout = opt.entry_timeout_s;
+    if (freply_create(req, &e, fi) != 0) {
+      (void)table.released(id);
+      (void)table.forget(id, 1);
+      delete of;
+    }
+  }
+
+  void read(fuse_req_t req, FuseIno id, size_t size, off_t off, fuse_file_info* fi) {
+    auto* of = reinterpret_cast<OpenFile*>(fi->fh);
+    const auto h = handle_of(id);
+    if (!h) return (void)freply_err(req, ESTALE);
+    if (off < 0) return (void)freply_err(req, EINVAL);
+    InterruptScope scope(req, table);
+    // Read-your-writes: the data of our writes in flight is only in the service once they are final.
+    if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+    const fs::Cred cred = io_cred(of, id, 4);
+    Bytes data;
+    std::uint64_t pos = static_cast<std::uint64_t>(off);
+    while (data.size() < size) {
+      fs::Op op = make_op(OpCode::kRead, cred);
+      op.handle = *h;
+      op.offset = pos;
+      op.count = static_cast<std::uint32_t>(std::min<std::uint64_t>(kReadChunkBytes, size - data.size()));
+      CallResult r = call(&scope, single(std::move(op)), true);
+      if (r.err != 0) return (void)freply_err(req, r.err);
+      const fs::OpResult& res = r.result.results[0];
+      table.update_attr(res.attr, r.seq);
+      data.insert(data.end(), res.data.begin(), res.data.end());
+      pos += res.data.size();
+      if (res.eof || res.data.empty()) break;
+    }
+    freply_buf(req, reinterpret_cast<const char*>(data.data()), data.size());
+  }
+
+  void write(fuse_req_t req, FuseIno id, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+    auto* of = reinterpret_cast<OpenFile*>(fi->fh);
+    const auto h = handle_of(id);
+    if (!h) return (void)freply_err(req, ESTALE);
+    if (off < 0) return (void)freply_err(req, EINVAL);
+    if (size > kWriteOpsPerRequest * fs::kIoBytesMax) return (void)freply_err(req, EINVAL);
+    {
+      InterruptScope scope(req, table);
+      const std::uint64_t limit = opt.write_behind_bytes_max > size ? opt.write_behind_bytes_max - size : 0;
+      if (!table.wait_pending_below(limit, [&] { return scope.interrupted(); })) {
+        return (void)freply_err(req, EINTR);
+      }
+    }
+    const bool append = of != nullptr && (of->flags & O_APPEND) != 0;
+    const fs::Cred cred = io_cred(of, id, 2);
+    fs::Request r;
+    for (size_t done = 0; done < size || r.ops.empty();) {
+      const size_t n = std::min<size_t>(fs::kIoBytesMax, size - done);
+      fs::Op op = make_op(OpCode::kWrite, cred);
+      op.handle = *h;
+      op.append = append;
+      op.offset = append ? 0 : static_cast<std::uint64_t>(off) + done;
+      op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
+                     reinterpret_cast<const std::uint8_t*>(buf) + done + n);
+      r.ops.push_back(std::move(op));
+      done += n;
+    }
+    const std::uint64_t seq = next_seq.fetch_add(1);
+    const std::uint64_t offset = static_cast<std::uint64_t>(off);
+    table.write_submitted(id, offset, size, append);
+    Callbacks cb;
+    NodeTable* t = &table;
+    cb.on_final = [t, id, offset, size, seq](Final f) {
+      CallResult out = interpret(std::move(f), CallResult{});
+      std::optional<fs::Attr> attr;
+      if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
+      t->write_finished(id, offset, size, static_cast<std::uint32_t>(out.err), attr, seq);
+    };
+    (void)backend->submit(r, SubmitOptions{}, std::move(cb));
+    freply_write(req, size);
+  }
+
+  void flush(fuse_req_t req, FuseIno id) {
+    InterruptScope scope(req, table);
+    if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+    freply_err(req, to_errno_or_zero(table.take_write_error(id)));
+  }
+
+  static int to_errno_or_zero(std::uint32_t e) { return e == 0 ? 0 : static_cast<int>(e); }
+
+  void release(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
+    auto* of = reinterpret_cast<OpenFile*>(fi->fh);
+    // Nobody receives release's answer; the writes still have to be final before the file counts as closed.
+    (void)table.wait_writes(id, nullptr);
+    const auto hidden = table.released(id);
+    if (hidden) remove_hidden(*hidden);
+    delete of;
+    freply_err(req, 0);
+  }
+
+  void fsync(fuse_req_t req, FuseIno id) {
+    const auto h = handle_of(id);
+    if (!h) return (void)freply_err(req, ESTALE);
+    InterruptScope scope(req, table);
+    if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+    const std::uint32_t werr = table.take_write_error(id);
+    if (werr != 0) return (void)freply_err(req, static_cast<int>(werr));
+    fs::Op op = make_op(OpCode::kFsync, fs::Cred{0, 0, {}});
+    op.handle = *h;
+    CallResult r = call(&scope, single(std::move(op)), false);
+    if (r.err == 0) table.update_attr(r.result.results[0].attr, r.seq);
+    freply_err(req, r.err);
+  }
+
+  void opendir(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
+    const auto h = handle_of(id);
+    if (!h) return (void)freply_err(req, ESTALE);
+    if (!opt.default_permissions) {
+      InterruptScope scope(req, table);
+      const int e = check_access(scope, cred_of(req), *h, 4);
+      if (e != 0) return (void)freply_err(req, e);
+    }
+    fi->fh = 0;
+    freply_open(req, fi);
+  }
+
+  void readdir(fuse_req_t req, FuseIno id, size_t size, off_t off, bool plus) {
+    const auto h = handle_of(id);
+    if (!h) return (void)freply_err(req, ESTALE);
+    if (off < 0) return (void)freply_err(req, EINVAL);
+    fs::Op op = make_op(plus ? OpCode::kReaddirPlus : OpCode::kReaddir, cred_of(req));
+    op.handle = *h;
+    op.cookie = static_cast<std::uint64_t>(off);
+    // An entry takes at least 24 bytes (readdirplus: about 150): ask for what can fit, within the wire's bound.
+    const std::size_t per = plus ? 152 : 32;
+    op.count = static_cast<std::uint32_t>(std::clamp<std::size_t>(size / per + 1, 1, fs::kReaddirEntriesMax));
+    InterruptScope scope(req, table);
+    CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err != 0) return (void)freply_err(req, r.err);
+    std::vector<char> buf(size);
+    std::size_t used = 0;
+    for (const fs::DirEntry& d : r.result.results[0].entries) {
+      const off_t next = static_cast<off_t>(d.cookie);
+      if (!plus) {
+        struct stat st {};
+        st.st_ino = d.ino;
+        st.st_mode = type_bits(d.type);
+        const std::size_t need = fuse_add_direntry(req, buf.data() + used, size - used, d.name.c_str(), &st, next);
+        if (need > size - used) break;
+        used += need;
+        continue;
+      }
+      fuse_entry_param e{};
+      const bool dot = d.name == "." || d.name == "..";
+      // The size of an entry depends only on its name: check it fits before taking a lookup reference.
+      const std::size_t need = fuse_add_direntry_plus(req, nullptr, 0, d.name.c_str(), &e, next);
+      if (need > size - used) break;
+      if (dot) {
+        // ino 0: the kernel takes no reference for '.' and '..' (it knows those inodes already).
+        e.attr.st_ino = d.ino;
+        e.attr.st_mode = type_bits(d.type);
+      } else {
+        const FuseIno nid = table.remember(d.attr, r.seq);
+        const auto s = table.snapshot(nid);
+        e.ino = nid;
+        e.generation = d.attr.generation;
+        e.attr = to_stat(s ? s->attr : d.attr);
+        e.attr_timeout = opt.attr_timeout_s;
+        e.entry_timeout = opt.entry_timeout_s;
+      }
+      used += fuse_add_direntry_plus(req, buf.data() + used, size - used, d.name.c_str(), &e, next);
+    }
+    freply_buf(req, buf.data(), used);
+  }
+
+  void statfs(fuse_req_t req) {
+    fs::Op op = make_op(OpCode::kStatfs, cred_of(req));
+    op.handle = kRootHandle;
+    InterruptScope scope(req, table);
+    CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err != 0) return (void)freply_err(req, r.err);
+    const fs::StatFs& s = r.result.results[0].statfs;
+    struct statvfs v {};
+    v.f_bsize = s.bsize;
+    v.f_frsize = s.bsize;
+    v.f_blocks = s.blocks;
+    v.f_bfree = s.bfree;
+    v.f_bavail = s.bavail;
+    v.f_files = s.files;
+    v.f_ffree = s.ffree;
+    v.f_favail = s.ffree;
+    v.f_namemax = s.namemax;
+    freply_statfs(req, &v);
+  }
+
+  void access(fuse_req_t req, FuseIno id, int mask) {
+    const auto h = handle_of(id);
+    if (!h) return (void)freply_err(req, ESTALE);
+    InterruptScope scope(req, table);
+    const std::uint8_t want = static_cast<std::uint8_t>(mask & 7);
+    if (want == 0) {
+      fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
+      op.handle = *h;
+      CallResult r = call(&scope, single(std::move(op)), true);
+      return (void)freply_err(req, r.err);
+    }
+    freply_err(req, check_access(scope, cred_of(req), *h, want));
+  }
+};
+
+// ---- C trampolines ----
+namespace {
+
+FuseClient::Impl* impl_of(fuse_req_t req) { return static_cast<FuseClient::Impl*>(fuse_req_userdata(req)); }
+
+void op_init(void* userdata, fuse_conn_info* conn) {
+  auto* impl = static_cast<FuseClient::Impl*>(userdata);
+  (void)impl;
+  // No writeback cache (fuse_client.h says why); no atomic O_TRUNC (the kernel sends a truncating setattr,
+  // which waits for our writes in flight); readdirplus so `ls -l` and a build's stat storm cost one request
+  // per directory chunk; symlink targets cached by the kernel (they never change).
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_ATOMIC_O_TRUNC);
+  if ((conn->capable & FUSE_CAP_READDIRPLUS) != 0) conn->want |= FUSE_CAP_READDIRPLUS;
+  if ((conn->capable & FUSE_CAP_READDIRPLUS_AUTO) != 0) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+  if ((conn->capable & FUSE_CAP_CACHE_SYMLINKS) != 0) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+  // The service clears set-uid bits on write, truncate and chown itself.
+  if ((conn->capable & FUSE_CAP_HANDLE_KILLPRIV) != 0) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
+  conn->max_write = static_cast<unsigned>(2 * fs::kIoBytesMax);
+  conn->max_readahead = static_cast<unsigned>(fs::kIoBytesMax);
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) { impl_of(req)->lookup(req, parent, name); }
+void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
+  impl_of(req)->forget(ino, n);
+  freply_none(req);
+}
+void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* f) {
+  for (size_t i = 0; i < count; ++i) impl_of(req)->forget(f[i].ino, f[i].nlookup);
+  freply_none(req);
+}
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { impl_of(req)->getattr(req, ino); }
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  impl_of(req)->setattr(req, ino, attr, to_set);
+}
+void op_readlink(fuse_req_t req, fuse_ino_t ino) { impl_of(req)->readlink(req, ino); }
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  impl_of(req)->mknod(req, parent, name, mode, rdev);
+}
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  impl_of(req)->mkdir(req, parent, name, mode);
+}
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) { impl_of(req)->unlink(req, parent, name); }
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { impl_of(req)->rmdir(req, parent, name); }
+void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  impl_of(req)->symlink(req, link, parent, name);
+}
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+               unsigned int flags) {
+  impl_of(req)->rename(req, parent, name, newparent, newname, flags);
+}
+void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  impl_of(req)->link(req, ino, newparent, newname);
+}
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->open(req, ino, fi); }
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  impl_of(req)->read(req, ino, size, off, fi);
+}
+void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  impl_of(req)->write(req, ino, buf, size, off, fi);
+}
+void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { impl_of(req)->flush(req, ino); }
+void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->release(req, ino, fi); }
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->opendir(req, ino, fi); }
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  impl_of(req)->readdir(req, ino, size, off, false);
+}
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  impl_of(req)->readdir(req, ino, size, off, true);
+}
+void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { freply_err(req, 0); }
+void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
+void op_statfs(fuse_req_t req, fuse_ino_t) { impl_of(req)->statfs(req); }
+void op_access(fuse_req_t req, fuse_ino_t ino, int mask) { impl_of(req)->access(req, ino, mask); }
+void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  impl_of(req)->create(req, parent, name, mode, fi);
+}
+
+fuse_lowlevel_ops make_ops() {
+  fuse_lowlevel_ops o{};
+  o.init = op_init;
+  o.lookup = op_lookup;
+  o.forget = op_forget;
+  o.forget_multi = op_forget_multi;
+  o.getattr = op_getattr;
+  o.setattr = op_setattr;
+  o.readlink = op_readlink;
+  o.mknod = op_mknod;
+  o.mkdir = op_mkdir;
+  o.unlink = op_unlink;
+  o.rmdir = op_rmdir;
+  o.symlink = op_symlink;
+  o.rename = op_rename;
+  o.link = op_link;
+  o.open = op_open;
+  o.read = op_read;
+  o.write = op_write;
+  o.flush = op_flush;
+  o.release = op_release;
+  o.fsync = op_fsync;
+  o.opendir = op_opendir;
+  o.readdir = op_readdir;
+  o.readdirplus = op_readdirplus;
+  o.releasedir = op_releasedir;
+  o.fsyncdir = op_fsyncdir;
+  o.statfs = op_statfs;
+  o.access = op_access;
+  o.create = op_create;
+  return o;
+}
+
+const fuse_lowlevel_ops kOps = make_ops();
+
+}  // namespace
+
+FuseClient::FuseClient(MountOptions options) : impl_(std::make_unique<Impl>(options)) {}
+
+FuseClient::~FuseClient() {
+  if (impl_->se != nullptr) {
+    if (impl_->mounted.load()) fuse_session_unmount(impl_->se);
+    fuse_session_destroy(impl_->se);
+  }
+}
+
+std::string FuseClient::mount(const std::string& mountpoint, const std::string& fuse_options) {
+  BFT_ASSERT(impl_->se == nullptr);
+  std::string o = "fsname=bftfs,subtype=bftfs,noatime";
+  if (impl_->opt.default_permissions) o += ",default_permissions";
+  // Other users (and root) may use the mount, as with any network file system; only root may ask for that
+  // unless /etc/fuse.conf has user_allow_other.
+  if (geteuid() == 0) o += ",allow_other";
+  if (!fuse_options.empty()) o += "," + fuse_options;
+  std::vector<std::string> argv_s = {"bftfs", "-o", o};
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  impl_->se = fuse_session_new(&args, &kOps, sizeof(kOps), impl_.get());
+  if (impl_->se == nullptr) return "cannot create the FUSE session (bad -o options?)";
+  if (fuse_session_mount(impl_->se, mountpoint.c_str()) != 0) {
+    fuse_session_destroy(impl_->se);
+    impl_->se = nullptr;
+    return "cannot mount at " + mountpoint;
+  }
+  impl_->mountpoint = mountpoint;
+  impl_->mounted.store(true);
+  return "";
+}
+
+int FuseClient::serve(Backend& backend) {
+  BFT_ASSERT(impl_->se != nullptr);
+  impl_->backend = &backend;
+  if (fuse_set_signal_handlers(impl_->se) != 0) return -1;
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(cfg, impl_->opt.max_threads);
+  fuse_loop_cfg_set_idle_threads(cfg, 4);
+  const int rc = fuse_session_loop_mt(impl_->se, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  fuse_remove_signal_handlers(impl_->se);
+  // Writes answered but not yet final must still reach the service before we go.
+  impl_->table.wait_all_writes();
+  fuse_session_unmount(impl_->se);
+  impl_->mounted.store(false);
+  return rc == 0 ? 0 : -1;
+}
+
+}  // namespace bftfs::client

@@ -1,0 +1,147 @@
+// The client's cache of file-service objects, independent of FUSE so that it can be unit-tested.
+//
+// Layering (../shared/notes/speculation-constraints.md): every node keeps a *committed* layer -- the newest
+// attributes a final (consensus) result gave us, ordered by the local sequence number of the request that
+// returned them -- and on top of it the *overlay* of this client's mutations that are submitted but not yet
+// final (today: asynchronous writes). What callers see is committed + overlay (effective_attr). The speculation
+// issue adds epochs as further discardable overlays; dropping an overlay leaves the committed layer intact,
+// which is what a rollback needs.
+//
+// FUSE node ids are ours, not the service's inode numbers: inode numbers are reused with a new generation, and
+// a kernel may still hold the old (ino, generation) when the new one appears. One node id per (ino,
+// generation), so a stale handle can never be confused with its successor.
+//
+// Thread safety: every member takes the table's mutex; waiters (pending writes) use its condition variable.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "services/fs/fs_codec.h"
+
+namespace bftfs::client {
+
+using FuseIno = std::uint64_t;  // a FUSE node id (fuse_ino_t)
+inline constexpr FuseIno kRootNode = 1;
+
+// What an open file's page cache was filled from: reused at the next open only if this is unchanged
+// (close-to-open consistency, as NFS clients do with mtime and size).
+struct DataVersion {
+  std::uint64_t mtime_ns = 0;
+  std::uint64_t size = 0;
+  friend bool operator==(const DataVersion&, const DataVersion&) = default;
+};
+
+struct SillyName {
+  fs::Handle dir;
+  std::string name;
+};
+
+struct NodeSnapshot {
+  FuseIno id = 0;
+  fs::Handle handle;
+  fs::Attr attr;            // effective: committed + overlay (and nlink without the hidden silly name)
+  bool has_pending = false;  // asynchronous writes in flight
+  std::uint32_t opens = 0;
+};
+
+class NodeTable {
+ public:
+  // The root node (kRootNode) is `root` and is never forgotten.
+  explicit NodeTable(fs::Handle root);
+  NodeTable(const NodeTable&) = delete;
+  NodeTable& operator=(const NodeTable&) = delete;
+
+  // ---- identity and lookup counts (FUSE lookup/forget protocol) ----
+  // The node of attr's (ino, generation), created if new; its kernel lookup count grows by one (every reply
+  // that gives the kernel an entry must call this exactly once). Updates the committed layer with `attr` if
+  // `seq` is not older than what it holds.
+  FuseIno remember(const fs::Attr& attr, std::uint64_t seq);
+  // The kernel dropped `n` references. Returns true if the node is gone.
+  bool forget(FuseIno id, std::uint64_t n);
+  // The node's handle, or nullopt if unknown (a node id the kernel should not have).
+  std::optional<fs::Handle> handle(FuseIno id) const;
+  std::optional<NodeSnapshot> snapshot(FuseIno id) const;
+  // The node of (ino, generation) if it is known.
+  std::optional<FuseIno> find(const fs::Handle& h) const;
+  std::size_t size() const;
+  std::uint64_t lookups(FuseIno id) const;
+
+  // ---- committed layer ----
+  // A final result carried `attr` for this node, from the request numbered `seq` (numbers grow in submission
+  // order; an older one never overwrites a newer one).
+  void update_attr(const fs::Attr& attr, std::uint64_t seq);
+
+  // ---- overlay: asynchronous writes ----
+  // A write of [offset, offset + len) was submitted (`append`: at the end, offset unknown until final).
+  void write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t len, bool append);
+  // It became final: `err` its errno (0 ok); attr/seq the committed attributes it returned (when err == 0).
+  void write_finished(FuseIno id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
+                      const std::optional<fs::Attr>& attr, std::uint64_t seq);
+  // Blocks until `id` has no write in flight or `interrupted()` turns true (checked whenever notify_waiters
+  // is called). Returns false if interrupted.
+  bool wait_writes(FuseIno id, const std::function<bool()>& interrupted);
+  // Blocks until every node's writes are final (unmount).
+  void wait_all_writes();
+  // The first error of a write since the last call (0 if none), cleared (flush/fsync report it once).
+  std::uint32_t take_write_error(FuseIno id);
+  std::uint64_t pending_bytes() const;
+  // Blocks while the pending bytes of the whole mount exceed `limit` (memory bound of write-behind).
+  bool wait_pending_below(std::uint64_t limit, const std::function<bool()>& interrupted);
+  // Wakes every waiter so that it re-checks its interrupted() predicate.
+  void notify_waiters();
+
+  // ---- opens, close-to-open and silly rename ----
+  // An open began: returns true if the kernel may keep its page cache (the data version at the last open or
+  // own write equals `now`); records `now` as the current version.
+  bool opened(FuseIno id, const DataVersion& now);
+  // The last release of this open; returns the silly name to remove if this was the last open of a file
+  // hidden by a silly rename (and forgets the name).
+  std::optional<SillyName> released(FuseIno id);
+  bool any_open() const;
+  // Marks an open node as renamed to a hidden name; its reported nlink drops by one (the hidden link is not
+  // the user's), and the last release returns the name. Returns false (and records nothing) if the node was
+  // closed meanwhile: the caller removes the hidden name itself.
+  [[nodiscard]] bool set_silly(FuseIno id, SillyName name);
+  // A unique hidden name for `handle` (".bftfs-silly-<ino>-<gen>-<n>").
+  std::string silly_name_for(const fs::Handle& h);
+
+ private:
+  struct Node {
+    FuseIno id = 0;
+    fs::Handle handle;
+    std::uint64_t nlookup = 0;
+    fs::Attr attr;              // committed layer
+    std::uint64_t attr_seq = 0;
+    // overlay
+    std::uint64_t writes_in_flight = 0;
+    std::uint64_t bytes_in_flight = 0;
+    std::uint64_t overlay_end = 0;  // the largest end offset of a write in flight (0 if none)
+    std::uint32_t write_error = 0;
+    // opens
+    std::uint32_t opens = 0;
+    std::optional<DataVersion> data_version;
+    std::optional<SillyName> silly;
+  };
+  NodeSnapshot snap(const Node& n) const;
+  Node* get(FuseIno id);
+  const Node* get(FuseIno id) const;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<FuseIno, Node> nodes_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, FuseIno> by_handle_;
+  FuseIno next_id_ = kRootNode + 1;
+  std::uint64_t pending_bytes_ = 0;
+  std::uint64_t silly_counter_ = 0;
+  std::uint32_t open_nodes_ = 0;
+};
+
+}  // namespace bftfs::client
