@@ -52,10 +52,12 @@ CYCLE = ("append", "append", "replace", "append", "create", "append", "append", 
 
 
 def _body(seed: int, kind: str, index: int, number: int) -> bytes:
-    """The pseudo-random bytes of one record: a size from 1 byte to about 3 pages (often not a multiple of
-    anything), then bytes from a PRNG seeded by all four arguments."""
+    """The pseudo-random bytes of one record: a size from 1 byte to about 300 KB (rarely a multiple of anything;
+    large ones keep data in flight longer, so a kill is likelier to find unsynced writes), then bytes from a PRNG
+    seeded by all four arguments."""
     rng = random.Random(f"{seed}/{kind}/{index}/{number}")
-    size = rng.choice((rng.randint(1, 64), rng.randint(65, 4095), rng.randint(4096, 13000)))
+    size = rng.choice((rng.randint(1, 64), rng.randint(65, 4095), rng.randint(4096, 13000),
+                       rng.randint(13001, 40000), rng.randint(100000, 300000)))
     return rng.randbytes(size)
 
 
@@ -320,8 +322,9 @@ def check_dir(d: Path, logged: Logged, seed: int, exact: bool) -> Check:
         elif exact and v is not None and have != v:
             c.problems.append(f"{name}: version {have}, but the last one written was {v}")
         elif v is not None:
-            c.records_found += 1 + v  # every logged version was durable in turn; the latest one is here
-            c.bytes_found += len(got)
+            # Every logged version was durable in turn; the last one (or a newer one) is here.
+            c.records_found += 1 + v
+            c.bytes_found += len(replace_content(seed, j, v))
         if v is not None:
             c.bytes_logged += len(replace_content(seed, j, v))
     for k in range(logged.created):
@@ -430,6 +433,20 @@ def _poll(predicate: Callable[[], object], timeout_s: float, what: str) -> objec
         time.sleep(0.01)
 
 
+def _kill_moment(writer: Writer, seed: int) -> None:
+    """Waits for the moment to kill: after a seeded delay of 0-150 ms (so kills land in different phases of an
+    operation), either right away (odd seeds) or right after the writer's log grows (even seeds), spinning
+    without sleeping, so that the kill follows within a fraction of a millisecond an fsync that has just
+    returned: if the data of that fsync were not yet where fsync promised, this is when they are lost."""
+    time.sleep(random.Random(seed).uniform(0.0, 0.15))
+    if seed % 2:
+        return
+    size = writer.log.stat().st_size
+    deadline = time.monotonic() + 5.0
+    while writer.log.stat().st_size == size and time.monotonic() < deadline and writer.proc.poll() is None:
+        pass
+
+
 def run_round(index: int, mnt_dir: Path, work: Path, seed: int, kill_after_records: int,
               kill_replicas: Callable[[], None], restart_replicas: Callable[[], None],
               while_down: Callable[[Writer], None] | None = None, records_after_restart: int = 10,
@@ -450,7 +467,7 @@ def run_round(index: int, mnt_dir: Path, work: Path, seed: int, kill_after_recor
         if writer.proc.poll() is not None:
             raise AssertionError(f"writer exited early ({writer.proc.returncode}): {writer.logged().error} "
                                  f"{writer.stderr()[-2000:]}")
-        time.sleep(random.Random(seed).uniform(0.0, 0.15))
+        _kill_moment(writer, seed)
         t_kill = time.monotonic()
         kill_replicas()
         at_kill = writer.logged()
@@ -483,6 +500,45 @@ def run_round(index: int, mnt_dir: Path, work: Path, seed: int, kill_after_recor
         r.records_fsynced, r.records_found = c.records_logged, c.records_found
         r.bytes_fsynced, r.bytes_found = c.bytes_logged, c.bytes_found
         r.problems += [f"right after the restart: {p}" for p in r.check_after_restart] + c.problems
+        return r
+    finally:
+        writer.kill()
+
+
+def run_total_crash_round(index: int, mnt_dir: Path, work: Path, seed: int, kill_after_records: int,
+                          kill_everything: Callable[[], None], restart_everything: Callable[[], Path],
+                          timeout_s: float = 60.0) -> Round:
+    """A crash of everything at once: every replica, the relay and the mount daemon get SIGKILL together (then
+    the writer, whose mount is gone), so no process outside the replicas' data directories holds a byte the
+    writer wrote; `restart_everything` restarts them and returns the new mount point. Every operation the
+    writer logged must then be there: its fsync returned only once the replicas had the data. Nothing else is
+    promised for unlogged writes, except that the files hold only bytes the writer wrote, where it wrote them.
+    restart_s is the restart until the new mount is up; recover_s the first full read of the files after it."""
+    r = Round(index, seed, kill_after_records)
+    log = work / f"round{index}.log"
+    writer = Writer(mnt_dir / f"round{index}", log, work / f"round{index}.stop", seed)
+    try:
+        _poll(lambda: writer.logged().records >= kill_after_records or writer.proc.poll() is not None, timeout_s,
+              f"writer to log {kill_after_records} durable operations")
+        if writer.proc.poll() is not None:
+            raise AssertionError(f"writer exited early ({writer.proc.returncode}): {writer.logged().error} "
+                                 f"{writer.stderr()[-2000:]}")
+        _kill_moment(writer, seed)
+        t_kill = time.monotonic()
+        kill_everything()
+        writer.kill()
+        logged = writer.logged()
+        r.records_fsynced_at_kill = logged.records
+        t0 = time.monotonic()
+        new_mnt = restart_everything()
+        t_ready = time.monotonic()
+        r.restart_s, r.down_s = t_ready - t0, t_ready - t_kill
+        c = check_dir(new_mnt / f"round{index}", logged, seed, exact=False)
+        r.recover_s = time.monotonic() - t_ready
+        r.records_fsynced, r.records_found = c.records_logged, c.records_found
+        r.bytes_fsynced, r.bytes_found = c.bytes_logged, c.bytes_found
+        r.estale_retries = c.estale_retries
+        r.problems += c.problems
         return r
     finally:
         writer.kill()

@@ -30,7 +30,7 @@ import pytest
 from bftfs_harness import kill_all
 from bftfs_mount import Mount
 from conftest import wait_until
-from fs_durability_workload import Writer, check_dir, read_log, run_round
+from fs_durability_workload import Writer, check_dir, read_log, run_round, run_total_crash_round
 from test_relay import Relay, short_dir
 
 # How long a process must stay blocked before we call it blocked, and the bound on everything that must end.
@@ -76,6 +76,27 @@ class Stack:
             if d.status_path.exists():
                 d.status_path.unlink()  # readiness must be the new incarnation's word
         self.cluster.start()
+
+    def kill_everything(self) -> None:
+        """SIGKILL to every replica, the relay and every mount daemon, all signalled before any is reaped; then
+        detaches the dead mounts (their mount points answer ENOTCONN until then)."""
+        daemons = [d.proc for d in self.cluster.replicas + [self.relay.daemon]]
+        daemons += [m.proc for m in self.mounts if m.proc is not None]
+        for p in daemons:
+            if p is not None and p.returncode is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        kill_all(self.cluster.replicas + [self.relay.daemon])  # reaps them
+        for m in self.mounts:
+            if m.proc is not None:
+                m.proc.wait()
+                m.proc = None
+                subprocess.run(["umount", "-l", str(m.mountpoint)], capture_output=True, timeout=END_TIMEOUT_S)
+
+    def restart_everything(self) -> Path:
+        """The replicas on their data directories, the relay, and a new mount (returned)."""
+        self.restart_replicas()
+        self.relay.daemon.restart()
+        return self.mount().mountpoint
 
     def close(self) -> list[str]:
         problems = []
@@ -137,6 +158,7 @@ def test_every_fsynced_byte_survives_kill_9_of_every_replica(stack):
                       kill_replicas=stack.kill_replicas, restart_replicas=stack.restart_replicas,
                       while_down=while_down if index < 2 else None)
         rounds.append(r)
+        print(r.as_json())
         assert not r.problems, f"round {index}: " + "\n".join(r.problems)
         assert r.records_fsynced_at_kill >= kill_after
         assert r.records_found == r.records_fsynced > r.records_fsynced_at_kill
@@ -150,6 +172,20 @@ def test_every_fsynced_byte_survives_kill_9_of_every_replica(stack):
     names = set(os.listdir(m.mountpoint))
     assert names - {f"round{r.index}" for r in rounds} <= {f"blocked-{k}-{i}" for k in ("int", "kill")
                                                            for i in range(2)}
+
+
+def test_fsynced_bytes_survive_kill_9_of_replicas_relay_and_mount_together(stack):
+    """Only the replicas' data directories survive: no relay or client memory can replay a lost write."""
+    m = stack.mount()
+    for index, kill_after in enumerate((8, 25, 45)):
+        r = run_total_crash_round(index, m.mountpoint, stack.work, seed=2000 + index, kill_after_records=kill_after,
+                                  kill_everything=stack.kill_everything, restart_everything=stack.restart_everything)
+        print(r.as_json())
+        assert not r.problems, f"round {index}: " + "\n".join(r.problems)
+        assert r.records_fsynced_at_kill >= kill_after
+        assert r.records_found == r.records_fsynced == r.records_fsynced_at_kill
+        assert r.bytes_found == r.bytes_fsynced > 0
+        m = stack.mounts[-1]
 
 
 def test_umount_works_while_every_replica_is_down_and_writes_land_after(stack):
@@ -192,6 +228,42 @@ def test_umount_works_while_every_replica_is_down_and_writes_land_after(stack):
         assert c.records_found == logged.records
     finally:
         writer.kill()
+
+
+HOLDER = r"""
+import os, sys, threading
+threading.Thread(target=threading.Event().wait, daemon=True).start()  # a second thread (most programs have one)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)  # opened while the replicas are up
+print("open", flush=True)
+sys.stdin.readline()                                          # the replicas are down now
+os.write(fd, b"x" * 65536)                                    # write-behind: answered at once, still in flight
+print("written", flush=True)
+sys.stdin.readline()                                          # killed here, never closes by itself
+"""
+
+
+def test_a_process_killed_with_writes_in_flight_ends_while_every_replica_is_down(stack):
+    m = stack.mount()
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(m.mountpoint / "held")], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "open\n"
+        stack.kill_replicas()
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "written\n"
+        p.kill()
+        try:
+            p.wait(timeout=END_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"a process SIGKILLed with writes in flight did not end within {END_TIMEOUT_S} s "
+                                 f"while every replica was down") from None
+    finally:
+        if any(not d.alive() for d in stack.cluster.replicas):
+            stack.restart_replicas()
+        p.kill()
+        p.wait(timeout=60)  # with the replicas back, its FLUSH completes and it exits
+    assert (m.mountpoint / "held").stat().st_size == 65536
 
 
 def test_a_writer_on_a_healthy_cluster_checks_exactly(stack):
