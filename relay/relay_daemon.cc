@@ -18,6 +18,7 @@
 #include "common/assert.h"
 #include "common/codec.h"
 #include "common/log.h"
+#include "protocol/messages.h"
 #include "relay/relay_wire.h"
 #include "replica/client_runtime.h"
 #include "replica/clock.h"
@@ -27,6 +28,7 @@
 #include "replica/status_file.h"
 #include "replica/unique_fd.h"
 #include "services/fs/fs_codec.h"
+#include "shim/envelope.h"
 
 namespace bftfs {
 namespace {
@@ -311,6 +313,17 @@ struct RelayDaemon::Impl {
       if (read_only && !deps.empty()) return refuse(conn, s.tag, "a read-only request cannot depend on another");
     }
     static_assert(relay::kDepsMax <= shim::kDependenciesMax);
+    // The library sends the request as one PBFT operation (in PBFT mode inside the shim's envelope, with one
+    // predicate per dependency), and an operation is at most kOpBytesMax: the client library asserts it. The
+    // socket's own limit (kSubmitRequestBytesMax) is larger, so a request that fits the frame may still not
+    // fit an operation (a compound of two kIoBytesMax writes does not): refuse it here, never crash on it.
+    const std::size_t op_bytes =
+        o.norep ? s.request.size()
+                : shim::kRequestHeaderBytes + deps.size() * shim::kDependencyBytes + s.request.size();
+    if (op_bytes > kOpBytesMax) {
+      return refuse(conn, s.tag, "request too large: " + std::to_string(op_bytes) + " bytes as one operation, " +
+                                     "the limit is " + std::to_string(kOpBytesMax));
+    }
     Pending p;
     p.report_first = (s.flags & relay::kFlagReportFirst) != 0;
     p.read_only = read_only;

@@ -228,6 +228,37 @@ TEST_CASE("relay: malformed or inconsistent requests are refused with a reason",
   CHECK(std::get<relay::Final>(msg).status == relay::FinalStatus::kCommitted);
 }
 
+TEST_CASE("relay: a request that fits the socket's limit but not one operation is refused, not fatal",
+          "[relay_daemon]") {
+  RelayFixture fx;
+  Mount m(fx.sock);
+  m.hello();
+  // Two full-size writes in one compound: within kSubmitRequestBytesMax, above kOpBytesMax (a 1 MiB write
+  // of a mount). It used to trip the client library's assertion and kill the relay.
+  fs::Request big;
+  for (std::uint64_t k = 0; k < 2; ++k) {
+    fs::Op w = root_op(fs::OpCode::kWrite);
+    w.offset = k * fs::kIoBytesMax;
+    w.data.assign(fs::kIoBytesMax, 0x5A);
+    big.ops.push_back(std::move(w));
+  }
+  const Bytes request = fs::encode_request(big);
+  REQUIRE(request.size() > kOpBytesMax);
+  REQUIRE(request.size() <= relay::kSubmitRequestBytesMax);
+  m.send({relay::Submit{1, 0, {}, request}});
+  relay::RelayMsg msg;
+  REQUIRE(m.receive(msg));
+  REQUIRE(std::holds_alternative<relay::Final>(msg));
+  CHECK(std::get<relay::Final>(msg).tag == 1);
+  CHECK(std::get<relay::Final>(msg).status == relay::FinalStatus::kRefused);
+  const auto& why = std::get<relay::Final>(msg).result;
+  CHECK(std::string(why.begin(), why.end()).find("too large") != std::string::npos);
+  // The relay lives on.
+  m.send({relay::Submit{2, 0, {}, getattr_root()}});
+  REQUIRE(m.receive(msg));
+  CHECK(std::get<relay::Final>(msg).status == relay::FinalStatus::kCommitted);
+}
+
 TEST_CASE("relay: a broken peer is disconnected, and others are not affected", "[relay_daemon]") {
   RelayFixture fx;
   Mount good(fx.sock);
