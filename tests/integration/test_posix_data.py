@@ -198,7 +198,6 @@ def test_writes_across_block_boundaries_and_overwrites(d):
 # ---- open-unlinked files ---------------------------------------------------------------------------------
 
 
-@bftfs_bug("1")
 def test_open_unlinked_file_stays_usable_until_close(d):
     p = d / "f"
     write_file(p, b"before unlink")
@@ -222,7 +221,6 @@ def test_open_unlinked_file_stays_usable_until_close(d):
     assert read_file(p) == b"new file"
 
 
-@bftfs_bug("2")
 def test_a_directory_emptied_by_unlinking_open_files_can_be_removed(d):
     os.mkdir(d / "sub")
     fds = []
@@ -237,7 +235,6 @@ def test_a_directory_emptied_by_unlinking_open_files_can_be_removed(d):
         os.close(fd)
 
 
-@bftfs_bug("3")
 def test_removing_every_listed_entry_empties_a_directory_with_open_files(d):
     """What recursive removal does (Rust's remove_dir_all, pjdfstest's clean-up): list, unlink all, repeat
     until the listing is empty. With files still open, the first round must leave the directory empty; a

@@ -9,7 +9,7 @@ import os
 import socket
 import stat
 
-from posix_harness import (RENAME_EXCHANGE, RENAME_NOREPLACE, USER_A, as_user, bftfs_bug, clock_tick,
+from posix_harness import (RENAME_EXCHANGE, RENAME_NOREPLACE, USER_A, as_user, clock_tick,
                            raises_errno, read_file, renameat2, write_file)
 
 pytest_plugins = ["posix_harness"]
@@ -88,7 +88,6 @@ def test_a_directory_with_only_a_hidden_or_special_entry_is_not_empty(d):
         os.rmdir(d / "x")
 
 
-@bftfs_bug("8")
 def test_removed_cwd_is_empty_and_refuses_new_entries(d):
     os.mkdir(d / "gone")
     fd = os.open(d / "gone", os.O_RDONLY | os.O_DIRECTORY)

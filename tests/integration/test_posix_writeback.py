@@ -137,7 +137,6 @@ def test_other_processes_see_buffered_writes(d):
     assert os.waitstatus_to_exitcode(status) == 0
 
 
-@bftfs_bug("6")
 def test_a_write_past_the_size_limit_fails_at_write_not_at_close(d):
     """Errors of buffered writes that only close() reports are lost by most programs. Whatever a file system's
     largest file is, a write() that returned success must leave the data there, and close() must succeed."""
