@@ -37,34 +37,10 @@ cleanup() {
   if [[ -n $STAGE ]]; then rm -rf "$STAGE"; fi
 }
 trap cleanup EXIT
-mkdir -p "$WORK/lists/partial" "$WORK/archives/partial" "$WORK/parts" "$WORK/get"
-
-# The system's own Debian mirror (deb822 or one-line format), so that a local mirror or proxy setup applies.
-MIRROR=""
-if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
-  MIRROR=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-fi
-if [[ -z $MIRROR && -f /etc/apt/sources.list ]]; then
-  MIRROR=$(awk '$1=="deb" && $0 ~ /debian/ && $0 !~ /security/ {for (i=2;i<=NF;i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' /etc/apt/sources.list)
-fi
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
-KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-[[ -f $KEYRING ]] || die "$KEYRING missing (package debian-archive-keyring)"
-echo "deb-src [signed-by=$KEYRING] $MIRROR $SUITE main" >"$WORK/sources.list"
-
-APT_OPTS=(
-  -o "Dir::Etc::sourcelist=$WORK/sources.list"
-  -o "Dir::Etc::sourceparts=$WORK/parts"
-  -o "Dir::Etc::preferences=/dev/null"
-  -o "Dir::Etc::preferencesparts=$WORK/parts"
-  -o "Dir::State::Lists=$WORK/lists"
-  -o "Dir::Cache::archives=$WORK/archives"
-  -o "Dir::Cache::pkgcache="
-  -o "Dir::Cache::srcpkgcache="
-  -o "Dir::State::status=/dev/null"
-  -o "APT::Sandbox::User=root"
-  -o "Acquire::Languages=none"
-)
+mkdir -p "$WORK/get"
+# shellcheck source=scripts/private-apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/private-apt.sh"
+private_apt_setup "$WORK" deb-src "$SUITE" main
 
 say "fetching the $SUITE source index from $MIRROR (private apt state in $WORK)"
 apt-get "${APT_OPTS[@]}" -q update >"$WORK/update.log" 2>&1 || { cat "$WORK/update.log" >&2; die "apt-get update (deb-src) failed"; }

@@ -79,34 +79,12 @@ cleanup() {
   if [[ -n $STAGE ]]; then "${SUDO[@]}" rm -rf "$STAGE"; fi
 }
 trap cleanup EXIT
-mkdir -p "$WORK/lists/partial" "$WORK/archives/partial" "$WORK/parts" "$WORK/extract"
-
-# The system's own Debian mirror (deb822 or one-line format), so that a local mirror or proxy setup applies.
-MIRROR=""
-if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
-  MIRROR=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-fi
-if [[ -z $MIRROR && -f /etc/apt/sources.list ]]; then
-  MIRROR=$(awk '$1=="deb" && $0 ~ /debian/ && $0 !~ /security/ {for (i=2;i<=NF;i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' /etc/apt/sources.list)
-fi
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
-KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-[[ -f $KEYRING ]] || die "$KEYRING missing (package debian-archive-keyring)"
-echo "deb [signed-by=$KEYRING] $MIRROR trixie main" >"$WORK/sources.list"
-
-APT_OPTS=(
-  -o "Dir::Etc::sourcelist=$WORK/sources.list"
-  -o "Dir::Etc::sourceparts=$WORK/parts"
-  -o "Dir::Etc::preferences=/dev/null"
-  -o "Dir::Etc::preferencesparts=$WORK/parts"
-  -o "Dir::State::Lists=$WORK/lists"
-  -o "Dir::Cache::archives=$WORK/archives"
-  -o "Dir::Cache::pkgcache="
-  -o "Dir::Cache::srcpkgcache="
-  -o "Dir::State::status=/dev/null"
+mkdir -p "$WORK/extract"
+# shellcheck source=scripts/private-apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/private-apt.sh"
+private_apt_setup "$WORK" deb trixie main
+APT_OPTS+=(
   -o "APT::Default-Release=trixie"
-  -o "APT::Sandbox::User=root"
-  -o "Acquire::Languages=none"
   -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"
   -o "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false"
   -o "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false"
