@@ -1,6 +1,8 @@
 #include <algorithm>
 #include "replica/cli_common.h"
 
+#include "common/log.h"
+
 #include <limits.h>
 #include <unistd.h>
 
@@ -217,5 +219,22 @@ double percentile_us(std::vector<std::uint64_t>& ns, double q) {
   std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(k), ns.end());
   return static_cast<double>(ns[k]) / 1e3;
 }
+
+bool set_log_level(const std::string& command, const std::string& level) {
+  if (level == "debug") {
+    log_set_level(LogLevel::kDebug);
+  } else if (level == "info") {
+    log_set_level(LogLevel::kInfo);
+  } else if (level == "warn") {
+    log_set_level(LogLevel::kWarn);
+  } else if (level == "error") {
+    log_set_level(LogLevel::kError);
+  } else {
+    error(command, "--log-level: expected debug|info|warn|error, got '" + level + "'");
+    return false;
+  }
+  return true;
+}
+
 
 }  // namespace bftfs::cli

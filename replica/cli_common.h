@@ -59,6 +59,8 @@ void add_wan_options(ArgParser& p);
 // Reads them into `out` (parse_wan_delay_ms, parse_wan_sites); on a bad value prints which option is wrong and
 // why, and returns false.
 [[nodiscard]] bool get_wan_options(const ArgParser& p, WanSpec& out);
+// Applies --log-level (debug|info|warn|error); prints the usage error as `command` and returns false otherwise.
+[[nodiscard]] bool set_log_level(const std::string& command, const std::string& level);
 // The options as given, for a child process that must run with the same spec (cluster start).
 std::vector<std::string> wan_arguments(const ArgParser& p);
 

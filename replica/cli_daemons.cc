@@ -8,26 +8,6 @@
 #include "replica/service_factory.h"
 
 namespace bftfs::cli {
-namespace {
-
-bool set_log_level(const std::string& command, const std::string& level) {
-  if (level == "debug") {
-    log_set_level(LogLevel::kDebug);
-  } else if (level == "info") {
-    log_set_level(LogLevel::kInfo);
-  } else if (level == "warn") {
-    log_set_level(LogLevel::kWarn);
-  } else if (level == "error") {
-    log_set_level(LogLevel::kError);
-  } else {
-    error(command, "--log-level: expected debug|info|warn|error, got '" + level + "'");
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 int cmd_replica(int argc, char** argv) {
   ArgParser p("replica",
               "Runs PBFT replica ID of the cluster in CONFIG, with its durable state in DATADIR (write-ahead log,\n"

@@ -76,19 +76,7 @@ int cmd_relay(int argc, char** argv) {
       ok = false;
     }
   }
-  const std::string level = p.get("log-level");
-  if (level == "debug") {
-    log_set_level(LogLevel::kDebug);
-  } else if (level == "info") {
-    log_set_level(LogLevel::kInfo);
-  } else if (level == "warn") {
-    log_set_level(LogLevel::kWarn);
-  } else if (level == "error") {
-    log_set_level(LogLevel::kError);
-  } else {
-    error("relay", "--log-level: expected debug|info|warn|error, got '" + level + "'");
-    ok = false;
-  }
+  if (!set_log_level("relay", p.get("log-level"))) ok = false;
   if (!ok || !get_wan_options(p, o.wan)) return kExitUsage;
   std::unique_ptr<RelayDaemon> relay;
   if (std::string err = RelayDaemon::create(o, relay); !err.empty()) {
