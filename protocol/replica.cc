@@ -330,6 +330,7 @@ struct Replica::Impl {
   void on_fetch_state(NodeId from, const FetchState& fs);
   void on_tick();
   void on_view_change_timeout();
+  bool lagging_behind_view() const;
   void on_status_timeout();
 
   // ---- normal case ----
@@ -1885,8 +1886,29 @@ void Replica::Impl::update_timer() {
 }
 
 void Replica::Impl::on_view_change_timeout() {
+  if (!in_view_change && lagging_behind_view()) {
+    // Our requests wait for our own catch-up, not for the primary: f+1 peers (so at least one correct) report
+    // committing a checkpoint interval past us in this very view, so its primary orders. Suspecting it now
+    // would only strand us alone in the next view (the others have no reason to follow); catch up and wait
+    // again. Bounded: once we are within an interval of them the timer fires as usual, so a primary that
+    // censors our client is still suspected.
+    stats.view_changes_deferred_lagging++;
+    vc_timer_ticks_left = view_change_timeout_ticks();
+    check_state_transfer(true);
+    return;
+  }
   LOG_WARN(ctx(), "view change timer expired%s", in_view_change ? " waiting for new-view" : "");
   start_view_change(view + 1);
+}
+
+bool Replica::Impl::lagging_behind_view() const {
+  std::uint32_t ahead = 0;
+  for (NodeId r = 0; r < opt.n; r++) {
+    const auto& st = peer_status[r];
+    if (r == self || !st || st->view != view || st->in_view_change) continue;
+    if (st->last_committed >= last_committed + opt.checkpoint_interval) ahead++;
+  }
+  return ahead >= weak;
 }
 
 std::size_t Replica::Impl::view_changes_for(std::uint64_t v) const {

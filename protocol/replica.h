@@ -56,6 +56,7 @@ struct ReplicaStats {
   std::uint64_t batches_committed = 0;
   std::uint64_t read_only_executed = 0;
   std::uint64_t view_changes_started = 0;
+  std::uint64_t view_changes_deferred_lagging = 0;  // our view-change timer expired while we were catching up
   std::uint64_t new_views_installed = 0;
   std::uint64_t state_transfers = 0;
   std::uint64_t state_transfer_bytes = 0;

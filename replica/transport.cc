@@ -277,6 +277,20 @@ void Transport::schedule_reconnect(Peer& p) {
   evtimer_add(p.reconnect_timer.get(), &tv);
 }
 
+// An authenticated frame from a replica we have no outgoing connection to: it is up again (a restart), so
+// connect now instead of when the backoff timer says. A replica that was down for a while is otherwise deaf to
+// us for up to reconnect_ms_max after it restarts, long enough for its view-change timer to fire while it
+// waits for our NEW-VIEW or CHECKPOINT, which strands it alone in a higher view.
+void Transport::reconnect_now_if_waiting(NodeId node) {
+  auto it = peers_.find(node);
+  if (it == peers_.end() || it->second->conn_id != 0) return;
+  Peer& p = *it->second;
+  evtimer_del(p.reconnect_timer.get());
+  p.backoff_ms = 0;
+  ++stats_.reconnects_early;
+  start_connect(p);
+}
+
 void Transport::on_reconnect_timer(int, short, void* arg) {
   auto* p = static_cast<Peer*>(arg);
   if (p->conn_id == 0) p->owner->start_connect(*p);
@@ -378,6 +392,7 @@ void Transport::read_frames(Conn* c) {
     if (!c->outgoing && d.sender != self_) {
       bind(c, d.sender);
       if (c->dead) return;  // delivering parked frames overflowed it
+      reconnect_now_if_waiting(d.sender);
       if (d.sender >= n_ && is_hello(d.message)) {
         ++stats_.hellos_received;
         continue;

@@ -93,6 +93,7 @@ struct TransportStats {
   std::uint64_t connects_started = 0;
   std::uint64_t connects_succeeded = 0;
   std::uint64_t connections_closed = 0;
+  std::uint64_t reconnects_early = 0;  // a peer we were backing off from spoke to us: connected at once
   std::uint64_t closed_bad_header = 0;    // malformed header: stream closed
   std::uint64_t closed_too_many_rejects = 0;
   std::uint64_t closed_slow_peer = 0;     // output cap exceeded
@@ -187,6 +188,7 @@ class Transport {
   void close_conn(Conn* c, const char* reason);
   void start_connect(Peer& p);
   void schedule_reconnect(Peer& p);
+  void reconnect_now_if_waiting(NodeId node);
   bool write_now(Conn* c, const std::uint8_t* data, std::size_t size);
   bool send_undelayed(NodeId to, const std::uint8_t* data, std::size_t size);
   bool delay_frame(NodeId to, const std::uint8_t* data, std::size_t size);

@@ -118,8 +118,10 @@ void print_stats(const SimStats& s, const char* indent) {
   std::printf("%srequests: submitted %llu, completed %llu (%llu reads), executed %llu, agreed seqs %llu\n", indent,
               ull(s.submitted), ull(s.completed), ull(s.read_completions), ull(s.requests_executed),
               ull(s.committed_seqs));
-  std::printf("%sview changes: started %llu, installed %llu; state transfers %llu; rollbacks %llu (service %llu)\n",
-              indent, ull(s.view_changes_started), ull(s.new_views_installed), ull(s.state_transfers),
+  std::printf("%sview changes: started %llu, installed %llu, deferred while lagging %llu; state transfers %llu; "
+              "rollbacks %llu (service %llu)\n",
+              indent, ull(s.view_changes_started), ull(s.new_views_installed), ull(s.view_changes_deferred_lagging),
+              ull(s.state_transfers),
               ull(s.replica_rollbacks), ull(s.service_rollbacks));
   std::printf("%scrashes %llu (between persist and send %llu, torn %llu, lost unsynced records %llu, all at once "
               "%llu), restarts %llu; asynchronous sync: sends held %llu, lost in crashes %llu\n",

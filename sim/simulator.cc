@@ -460,6 +460,7 @@ void add_stats(ReplicaStats& into, const ReplicaStats& s) {
   into.batches_committed += s.batches_committed;
   into.read_only_executed += s.read_only_executed;
   into.view_changes_started += s.view_changes_started;
+  into.view_changes_deferred_lagging += s.view_changes_deferred_lagging;
   into.new_views_installed += s.new_views_installed;
   into.state_transfers += s.state_transfers;
   into.state_transfer_bytes += s.state_transfer_bytes;
@@ -1404,6 +1405,7 @@ void Simulation::collect_stats() {
   }
   stats_.requests_executed = total.requests_executed;
   stats_.view_changes_started = total.view_changes_started;
+  stats_.view_changes_deferred_lagging = total.view_changes_deferred_lagging;
   stats_.new_views_installed = total.new_views_installed;
   stats_.state_transfers = total.state_transfers;
   stats_.replica_rollbacks = total.rollbacks;

@@ -71,6 +71,7 @@ struct SimStats {
   std::uint64_t committed_seqs = 0;
   std::uint64_t requests_executed = 0;
   std::uint64_t view_changes_started = 0;
+  std::uint64_t view_changes_deferred_lagging = 0;  // timer expired while the replica was a checkpoint behind
   std::uint64_t new_views_installed = 0;
   std::uint64_t state_transfers = 0;
   std::uint64_t replica_rollbacks = 0;
