@@ -60,6 +60,7 @@ struct Client::Impl {
   std::map<std::uint64_t, Pending> requests;  // by wire request id: queued and in flight
   std::deque<std::uint64_t> queue;            // wire ids not yet sent, increasing
   std::size_t sent_count = 0;
+  std::uint64_t sent_bytes = 0;  // operation bytes of the requests in flight (sent, not completed)
 
   Effects effects;
   std::vector<Completion> completions;
@@ -87,8 +88,9 @@ struct Client::Impl {
     BFT_ASSERT(!p.sent);
     p.sent = true;
     ++sent_count;
+    sent_bytes += p.request.op.size();
     if (p.request.authenticator.empty()) authenticate(p.request);
-    p.timeout_ticks = first_timeout();
+    p.timeout_ticks = first_timeout() + transfer_allowance_ticks();
     p.deadline = deadline_after(p.timeout_ticks);
     p.sent_tick = now;
     if (p.read_only) {
@@ -164,6 +166,8 @@ struct Client::Impl {
     Pending p = std::move(it->second);
     requests.erase(it);
     --sent_count;
+    BFT_ASSERT(sent_bytes >= p.request.op.size());
+    sent_bytes -= p.request.op.size();
     ++stats.read_only_fallbacks;
     const std::uint64_t new_id = next_id++;
     p.read_only = false;
@@ -192,6 +196,16 @@ struct Client::Impl {
     rttvar8 += ((err < 0 ? -err : err) - rttvar8) / 4;
   }
 
+  // The latency estimate comes from the requests the client saw complete, mostly small ones; a request behind
+  // megabytes of writes in flight cannot complete before those bytes crossed the network, were logged and
+  // executed on every replica. Without this allowance a burst of large writes times out as a whole, every
+  // request is re-sent to every replica (multiplying the bytes), and the backups that receive them start
+  // view-change timers against a primary that is merely busy.
+  std::uint32_t transfer_allowance_ticks() const {
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(sent_bytes / opt.transfer_bytes_per_tick,
+                                                              opt.retransmit_ticks_max));
+  }
+
   std::uint32_t first_timeout() const {
     const std::int64_t rto = (srtt8 + 4 * rttvar8) / 8;
     const std::int64_t lo = opt.retransmit_ticks;
@@ -208,7 +222,9 @@ struct Client::Impl {
     // At least one correct replica vouches for cert_view (see check()), so the system has reached it: send
     // the next requests to its primary.
     view = std::max(view, cert_view);
-    requests.erase(it);
+    BFT_ASSERT(sent_bytes >= p.request.op.size());
+    sent_bytes -= p.request.op.size();
+    requests.erase(it);  // `p` dangles from here
     --sent_count;
     ++stats.completed;
     pump();
@@ -348,6 +364,7 @@ Client::Client(const ClientOptions& options, NodeId self, const Crypto& crypto, 
   BFT_ASSERT(options.window >= 1);
   BFT_ASSERT(options.retransmit_ticks >= 1);
   BFT_ASSERT(options.retransmit_ticks <= options.retransmit_ticks_max);
+  BFT_ASSERT(options.transfer_bytes_per_tick >= 1);
 }
 
 Client::~Client() = default;

@@ -37,6 +37,10 @@ struct ClientOptions {
   // to every replica and starts the backups' view-change timers, so it must not fire while agreement is just slow.
   std::uint32_t retransmit_ticks = 100;
   std::uint32_t retransmit_ticks_max = 2000;
+  // Added to the first timeout per byte of operations in flight (see transfer_allowance_ticks): a conservative
+  // rate for ordering, logging and executing on a busy machine whose replicas share one disk (2 MiB/s at 1 ms
+  // ticks: every replica logs and stores every byte, and the log is written with O_DSYNC).
+  std::uint32_t transfer_bytes_per_tick = 2048;
   std::uint64_t first_request_id = 1;          // must exceed every id this client used before (use wall time)
   bool use_reply_digests = true;               // designate one replier per request
 };

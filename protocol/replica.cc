@@ -51,8 +51,16 @@ constexpr std::size_t kReadOnlyQueueMax = 4096;             // read-only request
 constexpr std::size_t kForwardedMax = 4096;                 // request digests already forwarded to the primary
 constexpr std::uint64_t kStatusResendSeqsMax = 128;         // seqs retransmitted in answer to one STATUS
 constexpr std::size_t kQueuedRequestsMax = 1u << 16;        // requests known but not yet ordered, all clients
+constexpr std::uint64_t kQueuedBytesMax = 256ull << 20;     // and their operation bytes (requests are <= 1 MiB)
+constexpr std::uint64_t kStatusResendBytesMax = 16ull << 20; // batch bytes retransmitted in answer to one STATUS
 
 int popcount(std::uint64_t v) { return std::popcount(v); }
+
+std::uint64_t batch_op_bytes(const Batch& b) {
+  std::uint64_t bytes = 0;
+  for (const Request& r : b.requests) bytes += r.op.size();
+  return bytes;
+}
 std::uint64_t bit_of(NodeId r) { return std::uint64_t{1} << r; }
 
 // Approximate in-memory size of a message, for the future-message buffer bound.
@@ -231,6 +239,7 @@ struct Replica::Impl {
   ClientTable clients;
   std::map<NodeId, std::map<std::uint64_t, QueuedRequest>> queue;  // known, fresh, not ordered by us
   std::size_t queued_count = 0;
+  std::uint64_t queued_bytes = 0;  // operation bytes of the queued requests
   std::deque<NodeId> tickets;  // primary: one per queued request, in arrival order
   std::set<std::pair<NodeId, std::uint64_t>> pending;  // primary: ordered, not yet executed
   std::set<Digest> forwarded;                           // backup: forwarded to the primary in this view
@@ -256,6 +265,7 @@ struct Replica::Impl {
   std::uint64_t ticks = 0;
   std::uint64_t status_ticks_left = 0;
   std::vector<std::optional<Status>> peer_status;
+  std::vector<std::uint32_t> peer_stuck_rounds;  // consecutive STATUS messages without commit progress
   // Retransmissions a peer triggers (answers to STATUS, NEW-VIEW for a stale VIEW-CHANGE) are rate limited per
   // peer: a faulty replica must not turn small messages into a stream of batch bodies.
   std::vector<std::uint64_t> last_help_tick;
@@ -330,6 +340,11 @@ struct Replica::Impl {
   void on_fetch_state(NodeId from, const FetchState& fs);
   void on_tick();
   void on_view_change_timeout();
+  std::uint64_t work_allowance_ticks() const;
+  void unqueue_bytes(const QueuedRequest& qr) {
+    BFT_ASSERT(queued_bytes >= qr.request.op.size());
+    queued_bytes -= qr.request.op.size();
+  }
   bool lagging_behind_view() const;
   void on_status_timeout();
 
@@ -417,6 +432,7 @@ Replica::Impl::Impl(const ReplicaOptions& options, NodeId self_id, Service& svc,
       fetcher(options.n, self_id, options.fetch_retry_ticks, prng),
       clients(options.client_window) {
   BFT_ASSERT(opt.n == 3 * opt.f + 1);
+  BFT_ASSERT(opt.timer_bytes_per_tick >= 1);
   BFT_ASSERT(opt.n <= kReplicasMax);
   BFT_ASSERT(self < opt.n);
   BFT_ASSERT(crypto.self() == self);
@@ -435,6 +451,7 @@ Replica::Impl::Impl(const ReplicaOptions& options, NodeId self_id, Service& svc,
   claims.resize(opt.n);
   view_changes.resize(opt.n);
   peer_status.resize(opt.n);
+  peer_stuck_rounds.resize(opt.n, 0);
   last_help_tick.assign(opt.n, UINT64_MAX);
   future_per_sender.assign(opt.n, 0);
   status_ticks_left = opt.status_interval_ticks;
@@ -728,13 +745,15 @@ void Replica::Impl::enqueue(const Request& r, const Digest& d) {
   auto& per_client = queue[r.client];
   auto it = per_client.find(r.request_id);
   if (it != per_client.end()) return;  // first body for an id wins; a correct client sends one
-  if (per_client.size() >= opt.client_window || queued_count >= kQueuedRequestsMax) {
+  if (per_client.size() >= opt.client_window || queued_count >= kQueuedRequestsMax ||
+      queued_bytes + r.op.size() > kQueuedBytesMax) {
     stats.rejected_out_of_window++;
     if (per_client.empty()) queue.erase(r.client);
     return;
   }
   per_client.emplace(r.request_id, QueuedRequest{r, d});
   queued_count++;
+  queued_bytes += r.op.size();
   if (is_primary()) tickets.push_back(r.client);
 }
 
@@ -749,6 +768,7 @@ void Replica::Impl::forget_request(NodeId client, std::uint64_t request_id) {
   const std::uint64_t stale_below = hi >= opt.client_window ? hi - opt.client_window + 1 : 0;
   for (auto q = per_client.begin(); q != per_client.end();) {
     if (q->first == request_id || q->first < stale_below) {
+      unqueue_bytes(q->second);
       q = per_client.erase(q);
       queued_count--;
     } else {
@@ -857,6 +877,7 @@ std::optional<QueuedRequest> Replica::Impl::pop_ticket(std::size_t batch_bytes, 
     size = rit->second.request.op.size() + opt.n * kMacBytes + 64;
     if (!batch_empty && batch_bytes + size > kBatchBytesMax) return std::nullopt;
     tickets.pop_front();
+    unqueue_bytes(rit->second);
     QueuedRequest qr = std::move(rit->second);
     qit->second.erase(rit);
     queued_count--;
@@ -1578,6 +1599,8 @@ bool Replica::Impl::may_help(NodeId peer) {
 void Replica::Impl::on_status(NodeId from, const Status& st) {
   const std::optional<Status> prev = peer_status[from];
   peer_status[from] = st;
+  const bool no_progress = prev && prev->last_committed == st.last_committed;
+  peer_stuck_rounds[from] = no_progress ? peer_stuck_rounds[from] + 1 : 0;
   if (!may_help(from)) return;
 
   // View help: a peer behind our view gets the NEW-VIEW that proves it; a peer in our view change gets our
@@ -1607,20 +1630,30 @@ void Replica::Impl::on_status(NodeId from, const Status& st) {
   const std::uint64_t lo = std::max(st.last_committed, h) + 1;
   const std::uint64_t hi = std::min({h + opt.log_window, max_ordered_seq, lo + kStatusResendSeqsMax - 1});
   const bool primary = primary_of(view) == self;
-  for (std::uint64_t s = lo; s <= hi; s++) {
+  // Bodies are the expensive part, and a peer that is merely slow (a batch of megabytes takes a while to log and
+  // execute) has them already: answering each of its STATUS messages with up to 128 batches of megabytes
+  // overflowed its connection (the transport drops a peer that does not read, losing everything queued), so
+  // the resend started again, held gigabytes in memory, and turned one slow batch into a view-change storm.
+  // Bodies go only to a peer stuck for two STATUS rounds in a row, and at most kStatusResendBytesMax of them;
+  // a peer missing a body whose digest it knows fetches it itself (FETCH-BATCH).
+  const bool send_bodies = peer_stuck_rounds[from] >= 2;
+  std::uint64_t body_bytes = 0;
+  for (std::uint64_t s = lo; s <= hi && body_bytes < kStatusResendBytesMax; s++) {
     const Entry* e = find(s);
     if (e == nullptr || e->view != view || !e->has_digest) continue;
+    const bool body = send_bodies && e->batch && s > st.last_executed;
+    if (body) body_bytes += batch_op_bytes(*e->batch);
     if (peer_alone_ahead) {
       if (!e->committed || !e->sent_commit) continue;
       send(from, Commit{view, s, e->digest});
-      if (e->batch && s > st.last_executed) send(from, BatchData{s, *e->batch});
+      if (body) send(from, BatchData{s, *e->batch});
       continue;
     }
     // Votes first, then the body: a body that is not a pre-prepare is accepted only for a digest the receiver
     // already knows (a certificate or a NEW-VIEW choice).
     if (e->sent_prepare) send(from, Prepare{view, s, e->digest});
     if (e->sent_commit) send(from, Commit{view, s, e->digest});
-    if (e->batch && s > st.last_executed) {
+    if (body) {
       if (primary && e->pre_prepared) {
         send(from, PrePrepare{view, s, *e->batch});
       } else {
@@ -1835,6 +1868,7 @@ void Replica::Impl::install_fetched_state(FetchedState&& fs) {
     for (auto q = per_client.begin(); q != per_client.end();) {
       if (clients.classify(it->first, q->first) != ClientTable::Freshness::kFresh) {
         pending.erase({it->first, q->first});
+        unqueue_bytes(q->second);
         q = per_client.erase(q);
         queued_count--;
       } else {
@@ -1881,8 +1915,22 @@ void Replica::Impl::update_timer() {
   if (!waiting) {
     vc_timer_ticks_left = 0;
   } else if (vc_timer_ticks_left == 0) {
-    vc_timer_ticks_left = view_change_timeout_ticks();
+    vc_timer_ticks_left = view_change_timeout_ticks() + work_allowance_ticks();
   }
+}
+
+// The timer suspects a primary that does not get our requests committed in time; "in time" depends on how much
+// there is to order, log and execute. Fixed timeouts sized for small requests fire on every batch of large
+// writes on a busy machine, and each needless view change re-proposes (and re-sends) those megabytes again.
+// A faulty primary gains at most the time the queued bytes would take at a conservative rate; the allowance is
+// capped like the backoff.
+std::uint64_t Replica::Impl::work_allowance_ticks() const {
+  std::uint64_t bytes = queued_bytes;
+  for (std::uint64_t s = last_committed + 1; s <= max_ordered_seq; s++) {
+    const Entry* e = find(s);
+    if (e != nullptr && e->batch) bytes += batch_op_bytes(*e->batch);
+  }
+  return std::min<std::uint64_t>(bytes / opt.timer_bytes_per_tick, opt.view_change_timeout_ticks_max);
 }
 
 void Replica::Impl::on_view_change_timeout() {
@@ -2541,12 +2589,16 @@ void Replica::Impl::check_invariants() const {
   BFT_ASSERT(own_checkpoints.rbegin()->first <= last_committed);
   for (const auto& [s, c] : own_checkpoints) BFT_ASSERT(s % opt.checkpoint_interval == 0);
   std::size_t count = 0;
+  std::uint64_t bytes = 0;
   for (const auto& [c, reqs] : queue) {
     BFT_ASSERT(!reqs.empty());
     BFT_ASSERT(reqs.size() <= opt.client_window);
     count += reqs.size();
+    for (const auto& [id, qr] : reqs) bytes += qr.request.op.size();
   }
   BFT_ASSERT(count == queued_count);
+  BFT_ASSERT(bytes == queued_bytes);
+  BFT_ASSERT(queued_bytes <= kQueuedBytesMax);
   for (const auto& [s, d] : deferred) BFT_ASSERT(s > h + L);
 }
 

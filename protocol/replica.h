@@ -46,6 +46,7 @@ struct ReplicaOptions {
   // Timeouts in ticks (the runtime ticks every 1 ms).
   std::uint32_t view_change_timeout_ticks = 200;      // a known request not executed by then: suspect primary
   std::uint32_t view_change_timeout_ticks_max = 10000; // doubling backoff cap
+  std::uint32_t timer_bytes_per_tick = 2048;           // view-change timer allowance: 2 MiB/s (1 ms ticks) of queued/uncommitted bytes
   std::uint32_t status_interval_ticks = 50;            // periodic STATUS for retransmission and catch-up
   std::uint32_t fetch_retry_ticks = 40;                // FETCH-BATCH / FETCH-STATE retry, with jitter
 };
