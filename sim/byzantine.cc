@@ -16,6 +16,7 @@ namespace {
 constexpr std::array<std::string_view, static_cast<std::size_t>(Strategy::kCount)> kNames = {
     "none",   "equivocate",    "corrupt-digests",   "wrong-replies",  "forge-macs", "withhold",
     "replay", "random-frames", "lying-view-change", "silent-primary", "mixed",  "lying-early-replies",
+    "reorder-client",
 };
 
 constexpr std::size_t kReplayKept = 128;
@@ -70,7 +71,8 @@ bool parse_strategy(std::string_view name, Strategy& out) {
 }
 
 bool wants_primary(Strategy s) {
-  return s == Strategy::kEquivocate || s == Strategy::kSilentPrimary || s == Strategy::kLyingEarlyReplies;
+  return s == Strategy::kEquivocate || s == Strategy::kSilentPrimary || s == Strategy::kLyingEarlyReplies ||
+         s == Strategy::kReorderClient;
 }
 
 Byzantine::Byzantine(Strategy strategy, NodeId self, std::uint32_t n, std::uint32_t nodes, const Crypto& crypto,
@@ -154,6 +156,54 @@ Batch Byzantine::mutate_batch(const Batch& batch) {
         return out;
     }
   }
+}
+
+const Batch& Byzantine::reorder_batch(const PrePrepare& pp) {
+  const std::pair<std::uint64_t, std::uint64_t> key{pp.view, pp.seq};
+  auto found = reordered_.find(key);
+  if (found != reordered_.end()) return found->second;
+  Batch out = pp.batch;
+  // Requests held back from an earlier batch go in first, ahead of whatever this one holds.
+  std::vector<Request> slipped;
+  for (Request& r : held_back_) {
+    bool present = false;
+    for (const Request& q : out.requests) present = present || (q.client == r.client && q.request_id == r.request_id);
+    if (!present && out.requests.size() + slipped.size() < kBatchRequestsMax) slipped.push_back(std::move(r));
+  }
+  held_back_.clear();
+  // Per client, the positions of its requests in the batch.
+  std::map<NodeId, std::vector<std::size_t>> slots;
+  for (std::size_t i = 0; i < out.requests.size(); ++i) slots[out.requests[i].client].push_back(i);
+  bool lied = false;
+  std::vector<bool> held(out.requests.size(), false);
+  for (auto& [client, pos] : slots) {
+    if (pos.size() < 2) continue;
+    if (prng_.chance(1, 2)) {
+      // Inside the batch: the client's requests in reverse order, in the same slots.
+      std::vector<Request> mine;
+      for (std::size_t i : pos) mine.push_back(out.requests[i]);
+      std::reverse(mine.begin(), mine.end());
+      for (std::size_t k = 0; k < pos.size(); ++k) out.requests[pos[k]] = std::move(mine[k]);
+      lied = true;
+    } else if (held_back_.empty()) {
+      // Across batches: its first request waits for the next batch, so the later ones run ahead of it.
+      held_back_.push_back(out.requests[pos.front()]);
+      held[pos.front()] = true;
+      lied = true;
+    }
+  }
+  std::vector<Request> kept;
+  kept.reserve(out.requests.size());
+  for (std::size_t i = 0; i < out.requests.size(); ++i) {
+    if (!held[i]) kept.push_back(std::move(out.requests[i]));
+  }
+  out.requests = std::move(kept);
+  out.requests.insert(out.requests.begin(), std::make_move_iterator(slipped.begin()),
+                      std::make_move_iterator(slipped.end()));
+  lied = lied || !slipped.empty();
+  if (lied) ++lies_;
+  if (reordered_.size() >= 1024) reordered_.erase(reordered_.begin());
+  return reordered_.emplace(key, std::move(out)).first->second;
 }
 
 void Byzantine::lie_in_view_change(ViewChange& vc) {
@@ -297,6 +347,14 @@ void Byzantine::rewrite(const Send& send, std::vector<Send>& out) {
         return;
       }
       break;
+    }
+    case Strategy::kReorderClient: {
+      const auto* pp = std::get_if<PrePrepare>(&send.message);
+      if (pp == nullptr) break;
+      PrePrepare lie = *pp;
+      lie.batch = reorder_batch(*pp);
+      out.push_back(Send{send.to, std::move(lie)});
+      return;
     }
     case Strategy::kSilentPrimary:
       if (type == MsgType::kPrePrepare || type == MsgType::kNewView) {

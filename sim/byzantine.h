@@ -19,6 +19,10 @@
 //   mixed             any of the rewrites above, chosen per message
 //   lying-early-replies  (PBFT-CS, NSDI'09 §3.4) as primary, lies in a fraction of its early replies (see
 //                     set_early_lies); otherwise follows the protocol
+//   reorder-client    as primary, sends every backup the same pre-prepare, but with a pipelining client's
+//                     requests out of the order the client issued them: reversed inside a batch, or the
+//                     earlier one held back and slipped into a later batch (TOCS §5.1.4: the replicas must
+//                     still execute each client's requests in issue order; ClientTable::predecessor_done)
 // In PBFT-CS seeds any Byzantine replica may also lie in its early replies whenever it is primary
 // (set_early_lies), whatever its strategy: those lies come from a Prng of their own, so the strategy's own
 // choices stay as they were.
@@ -26,6 +30,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string_view>
 #include <vector>
 
@@ -48,6 +53,7 @@ enum class Strategy : std::uint8_t {
   kSilentPrimary,
   kMixed,
   kLyingEarlyReplies,
+  kReorderClient,
   kCount,
 };
 // The strategies before PBFT-CS; a seed that draws a strategy at random draws among these (adding
@@ -109,6 +115,8 @@ class Byzantine {
   std::vector<NodeId> targets(NodeId to) const;
   void rewrite(const Send& send, std::vector<Send>& out);
   Batch mutate_batch(const Batch& batch);
+  // reorder-client: the batch every backup gets for `pp` (the same one for each copy and retransmission).
+  const Batch& reorder_batch(const PrePrepare& pp);
   Digest random_digest();
   void lie_in_view_change(ViewChange& vc);
   Bytes random_frame(NodeId to);
@@ -130,6 +138,9 @@ class Byzantine {
   std::deque<Send> sent_;
   std::deque<Message> received_;
   std::uint64_t lies_ = 0;
+  // reorder-client: the rewritten batch per (view, seq), and requests held back for a later batch.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, Batch> reordered_;
+  std::vector<Request> held_back_;
   // PBFT-CS lies (set_early_lies): their own Prng, so that enabling them leaves the strategy's choices alone.
   Prng early_prng_;
   std::uint32_t early_lie_ppm_ = 0;

@@ -301,12 +301,20 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
     s.all_crash_tick = c.fault_ticks / 4 + p.below(std::max<std::uint64_t>(c.fault_ticks / 2, 1));
   }
   if (s.mode == Mode::kByzantine) {
+    // reorder-client (a primary that puts a pipelining client's requests out of order) came later: a stream of
+    // its own picks it for a quarter of the Byzantine seeds that draw at random and have a pipelining client
+    // (the null variant's, or speculating ones with shim seeds). It replaces the first strategy drawn, which
+    // is still drawn so that the rest of the scenario keeps its values.
+    Prng reorder_stream(mix(c.seed, 0x0DE5C11E));
+    const bool reorder = forced == Strategy::kNone && reorder_stream.chance(1, 4) &&
+                         (s.pipelining_client || s.shim);
     const std::uint32_t count = s.f >= 2 && p.chance(1, 2) ? 2 : 1;
     std::set<NodeId> used;
     for (std::uint32_t i = 0; i < count; ++i) {
       Strategy st = forced;
       if (st == Strategy::kNone) {
         st = static_cast<Strategy>(1 + p.below(static_cast<std::uint64_t>(kLastClassicStrategy)));
+        if (i == 0 && reorder) st = Strategy::kReorderClient;
       }
       // Primary-only strategies take the primaries of the first views, in order; others any free replica.
       NodeId id = 0;
