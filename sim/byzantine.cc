@@ -20,6 +20,8 @@ constexpr std::array<std::string_view, static_cast<std::size_t>(Strategy::kCount
 };
 
 constexpr std::size_t kReplayKept = 128;
+constexpr std::size_t kReorderedKept = 1024;   // reorder-client: batches remembered for retransmissions
+constexpr std::uint64_t kParkedSeqsMax = 4;    // reorder-client: a parked pre-prepare goes out this many seqs later
 constexpr std::uint64_t kPpm = 1'000'000;
 
 // A counter result (services/counter_service.h: u8 status, u64 value, u64 next token, little-endian).
@@ -158,52 +160,72 @@ Batch Byzantine::mutate_batch(const Batch& batch) {
   }
 }
 
-const Batch& Byzantine::reorder_batch(const PrePrepare& pp) {
-  const std::pair<std::uint64_t, std::uint64_t> key{pp.view, pp.seq};
-  auto found = reordered_.find(key);
-  if (found != reordered_.end()) return found->second;
-  Batch out = pp.batch;
-  // Requests held back from an earlier batch go in first, ahead of whatever this one holds.
-  std::vector<Request> slipped;
-  for (Request& r : held_back_) {
-    bool present = false;
-    for (const Request& q : out.requests) present = present || (q.client == r.client && q.request_id == r.request_id);
-    if (!present && out.requests.size() + slipped.size() < kBatchRequestsMax) slipped.push_back(std::move(r));
+void Byzantine::remember_reordered(const PrePrepare& pp, const Batch& batch) {
+  if (reordered_.size() >= kReorderedKept) reordered_.erase(reordered_.begin());
+  reordered_.insert_or_assign({pp.view, pp.seq}, batch);
+}
+
+void Byzantine::reorder(const Send& send, const PrePrepare& pp, std::vector<Send>& out) {
+  const auto emit = [&out](NodeId to, const PrePrepare& base, const Batch& batch) {
+    PrePrepare lie = base;
+    lie.batch = batch;
+    out.push_back(Send{to, std::move(lie)});
+  };
+  if (auto it = reordered_.find({pp.view, pp.seq}); it != reordered_.end()) {
+    emit(send.to, pp, it->second);
+    return;
   }
-  held_back_.clear();
-  // Per client, the positions of its requests in the batch.
-  std::map<NodeId, std::vector<std::size_t>> slots;
-  for (std::size_t i = 0; i < out.requests.size(); ++i) slots[out.requests[i].client].push_back(i);
-  bool lied = false;
-  std::vector<bool> held(out.requests.size(), false);
-  for (auto& [client, pos] : slots) {
-    if (pos.size() < 2) continue;
-    if (prng_.chance(1, 2)) {
-      // Inside the batch: the client's requests in reverse order, in the same slots.
-      std::vector<Request> mine;
-      for (std::size_t i : pos) mine.push_back(out.requests[i]);
-      std::reverse(mine.begin(), mine.end());
-      for (std::size_t k = 0; k < pos.size(); ++k) out.requests[pos[k]] = std::move(mine[k]);
-      lied = true;
-    } else if (held_back_.empty()) {
-      // Across batches: its first request waits for the next batch, so the later ones run ahead of it.
-      held_back_.push_back(out.requests[pos.front()]);
-      held[pos.front()] = true;
-      lied = true;
+  if (parked_ && parked_->view != pp.view) parked_.reset();  // another view: the parked one is never sent
+  if (parked_ && parked_->seq == pp.seq) {
+    ++lies_;  // a retransmission of the parked one waits with it
+    return;
+  }
+  if (parked_ && pp.seq > parked_->seq) {
+    // Across batches: a later request of a client of the parked (earlier) batch takes the place of that client's
+    // request there, which goes into this batch instead.
+    Batch early = parked_->batch;
+    Batch late = pp.batch;
+    bool swapped = false;
+    for (Request& a : early.requests) {
+      for (Request& b : late.requests) {
+        if (!swapped && a.client == b.client && b.request_id > a.request_id) {
+          std::swap(a, b);
+          swapped = true;
+        }
+      }
+    }
+    if (swapped || pp.seq >= parked_->seq + kParkedSeqsMax) {
+      remember_reordered(*parked_, early);
+      emit(kAllReplicas, *parked_, early);
+      parked_.reset();
+      if (swapped) {
+        ++lies_;
+        remember_reordered(pp, late);
+        emit(send.to, pp, late);
+        return;
+      }
     }
   }
-  std::vector<Request> kept;
-  kept.reserve(out.requests.size());
-  for (std::size_t i = 0; i < out.requests.size(); ++i) {
-    if (!held[i]) kept.push_back(std::move(out.requests[i]));
+  // Inside the batch: some clients' requests in reverse order, in the same slots.
+  Batch batch = pp.batch;
+  std::map<NodeId, std::vector<std::size_t>> slots;
+  for (std::size_t i = 0; i < batch.requests.size(); ++i) slots[batch.requests[i].client].push_back(i);
+  bool lied = false;
+  for (const auto& [client, pos] : slots) {
+    if (pos.size() < 2 || !prng_.chance(1, 2)) continue;
+    for (std::size_t lo = 0, hi = pos.size() - 1; lo < hi; ++lo, --hi) {
+      std::swap(batch.requests[pos[lo]], batch.requests[pos[hi]]);
+    }
+    lied = true;
   }
-  out.requests = std::move(kept);
-  out.requests.insert(out.requests.begin(), std::make_move_iterator(slipped.begin()),
-                      std::make_move_iterator(slipped.end()));
-  lied = lied || !slipped.empty();
+  if (!lied && !parked_ && !batch.requests.empty() && prng_.chance(1, 2)) {
+    parked_ = pp;  // sent when a later pre-prepare has something to swap with, or kParkedSeqsMax later
+    ++lies_;
+    return;
+  }
   if (lied) ++lies_;
-  if (reordered_.size() >= 1024) reordered_.erase(reordered_.begin());
-  return reordered_.emplace(key, std::move(out)).first->second;
+  remember_reordered(pp, batch);
+  emit(send.to, pp, batch);
 }
 
 void Byzantine::lie_in_view_change(ViewChange& vc) {
@@ -351,9 +373,7 @@ void Byzantine::rewrite(const Send& send, std::vector<Send>& out) {
     case Strategy::kReorderClient: {
       const auto* pp = std::get_if<PrePrepare>(&send.message);
       if (pp == nullptr) break;
-      PrePrepare lie = *pp;
-      lie.batch = reorder_batch(*pp);
-      out.push_back(Send{send.to, std::move(lie)});
+      reorder(send, *pp, out);
       return;
     }
     case Strategy::kSilentPrimary:
