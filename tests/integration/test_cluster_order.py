@@ -7,6 +7,13 @@ which turns an increment whose dependency it has not executed yet into a "depend
 the client as a retry. So the client's replies tell whether the replicas kept its order: an increment executed
 before the one issued ahead of it comes back as a retry. Killing every replica with a window of increments in
 flight makes the client retransmit all of them, in any order, to replicas that lost every queued request.
+
+What it shows and what it does not: it runs the order rule through the real transport, the version-2 wire
+format and recovery from disk, with a pipelined client, and fails if any increment ran out of order. It did not
+reproduce the reordering against replicas with the rule switched off (6 runs, windows 16 and 64, staggered
+restarts): a restarted cluster changes views before it orders anything, and the new primary orders what it has
+queued lowest id first, so the race needs a retransmission that arrives after the new view. The simulator shows
+the bug deterministically (sim/FINDINGS.md F6, seeds 3 and 1 --scenario reorder-client).
 """
 
 from __future__ import annotations
