@@ -436,7 +436,7 @@ TEST_CASE("client names the ordered request issued before each request as its pr
   REQUIRE(fx.client->stats().read_only_fallbacks == 1);
   auto sends = fx.sends();
   REQUIRE(sends.size() == 1);
-  const Request& again = Fixture::request_of(sends[0]);
+  const Request again = Fixture::request_of(sends[0]);  // a copy: `sends` is reassigned below
   CHECK(again.request_id > b);
   CHECK(again.prev_request_id == b);
   const std::uint64_t c = fx.client->submit(Bytes{4});
