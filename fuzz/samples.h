@@ -34,7 +34,8 @@ inline Signature signature(Prng& prng) {
 inline Request request(Prng& prng, std::uint32_t replicas, NodeId client, std::size_t op_bytes) {
   Request r;
   r.client = client;
-  r.request_id = prng.next();
+  r.request_id = prng.next() | 1;  // never 0
+  r.prev_request_id = prng.chance(1, 2) ? 0 : prng.below(r.request_id);  // below the id, as decode requires
   r.flags = prng.chance(1, 2) ? kRequestReadOnly : 0;
   r.replier = prng.chance(1, 2) ? kReplierAll : static_cast<NodeId>(prng.below(replicas));
   r.op = bytes(prng, op_bytes);

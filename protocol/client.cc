@@ -52,6 +52,10 @@ struct Client::Impl {
 
   std::uint64_t now = 0;
   std::uint64_t next_id;
+  // The id of the last ordered request issued (0: none yet in this incarnation). Each request names it as its
+  // predecessor (Request::prev_request_id), so the replicas execute this client's ordered requests in the order
+  // they were issued although several are in flight (TOCS §5.1.4) and ids have gaps (read-only requests).
+  std::uint64_t last_ordered_id = 0;
   std::int64_t srtt8 = 0;    // smoothed certificate latency of ordered requests, eighths of a tick (0: none yet)
   std::int64_t rttvar8 = 0;  // its mean deviation, eighths of a tick
   std::uint64_t view = 0;
@@ -133,6 +137,10 @@ struct Client::Impl {
     p.read_only = read_only;
     p.request.client = self;
     p.request.request_id = id;
+    // A read-only request names its predecessor too: a replica answers it only once that request executed,
+    // so a read issued after a write sees the write (§5.1.3 alone would let it overtake the write).
+    p.request.prev_request_id = last_ordered_id;
+    if (!read_only) last_ordered_id = id;
     p.request.flags = read_only ? kRequestReadOnly : 0;
     p.request.op = std::move(op);
     requests.emplace(id, std::move(p));
@@ -173,6 +181,8 @@ struct Client::Impl {
     p.read_only = false;
     p.sent = false;
     p.request.request_id = new_id;
+    p.request.prev_request_id = last_ordered_id;  // ordered after everything issued so far
+    last_ordered_id = new_id;
     p.request.flags = 0;
     p.request.authenticator.clear();
     p.replies.clear();

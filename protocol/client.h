@@ -9,8 +9,10 @@
 //   - reply digests (§5.1.1): one designated replier sends the full result, the others its digest; the result is
 //     accepted when a full result whose digest matches the certificate is held; if the replier is silent, the
 //     retransmission asks every replica for the full result (replier = kReplierAll).
-// Pipelining: up to `window` requests in flight; results complete in any order but the replicas execute one
-// client's requests in request-id order (the primary orders them that way).
+// Pipelining (TOCS §5.1.4): up to `window` requests in flight; results complete in any order, but the replicas
+// execute one client's ordered requests in the order they were issued: each request names the ordered request
+// issued before it (Request::prev_request_id), and replicas hold it until that one executed. A read-only
+// request names it too and is answered only after it executed.
 // First replies (PBFT-CS, NSDI'09 §3.1): the first reply of each request that carries a full result is
 // reported once, before its completion, through take_first_replies(). Under PBFT-CS it is normally the
 // primary's early (speculative) reply, which never counts toward a certificate; a speculation layer

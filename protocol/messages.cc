@@ -83,7 +83,7 @@ Digest Request::digest() const {
   // Every field before `op` has a fixed size, so the concatenation is unambiguous without a length for op.
   DigestBuilder b;
   const std::uint8_t f[1] = {flags};
-  b.add(tag("req")).add_u32(client).add_u64(request_id).add(f).add(op);
+  b.add(tag("req")).add_u32(client).add_u64(request_id).add_u64(prev_request_id).add(f).add(op);
   return b.finish();
 }
 

@@ -54,6 +54,12 @@ inline constexpr NodeId kReplierAll = 0xFFFFFFFFu;  // every replica sends the f
 struct Request {
   NodeId client = 0;
   std::uint64_t request_id = 0;  // per-client, increasing; the paper's timestamp t
+  // The id of the ordered request this client issued just before this one, or 0 for none (a client's first
+  // request, or the first after a restart with a fresh id range). A client pipelines (TOCS §5.1.4) and its ids
+  // have gaps (read-only requests, a restart), so the replicas cannot tell "the previous request" from the ids
+  // alone: this field names it, and replicas execute this request only once that one executed or can never
+  // execute (ClientTable::predecessor_done). Always < request_id (checked by the decoder). Covered by digest().
+  std::uint64_t prev_request_id = 0;
   std::uint8_t flags = 0;
   NodeId replier = kReplierAll;  // which replica sends the full result (TOCS §5.1.1); others send digests
   Bytes op;
@@ -61,7 +67,7 @@ struct Request {
   std::vector<Mac> authenticator;
 
   bool read_only() const { return (flags & kRequestReadOnly) != 0; }
-  // H("req" || client || request_id || flags || op). The replier and the authenticator are not covered: the
+  // H("req" || client || request_id || prev_request_id || flags || op). The replier and the authenticator are not covered: the
   // authenticator covers the digest, and the replier is advice that a retransmission may change.
   Digest digest() const;
   friend bool operator==(const Request&, const Request&) = default;

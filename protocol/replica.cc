@@ -358,6 +358,9 @@ struct Replica::Impl {
   void send_cached_reply(NodeId client, std::uint64_t request_id);
   void maybe_send_pre_prepares();
   std::optional<QueuedRequest> pop_ticket(std::size_t batch_bytes, bool batch_empty, std::size_t& size);
+  bool ready_to_order(const Request& r) const;
+  void defer_out_of_order(const Request& r);
+  bool any_ready_queued() const;
   void trim_tickets();
   void send_pre_prepare(Batch&& b);
   std::uint64_t next_batch_timestamp();
@@ -803,12 +806,23 @@ void Replica::Impl::process_read_only() {
   if (read_only_queue.empty()) return;
   // TOCS §5.1.3: a read-only request sees no tentative state, and none while the state is being replaced.
   if (last_executed != last_committed || open_batch || service_diverged || fetcher.active()) return;
+  // A read waits for the ordered request its client issued before it (Request::prev_request_id), so that a
+  // pipelining client reads its own writes; it keeps its place among the other waiting reads.
+  std::deque<Request> waiting;
   while (!read_only_queue.empty()) {
     Request r = std::move(read_only_queue.front());
     read_only_queue.pop_front();
+    if (!clients.predecessor_done(r.client, r.prev_request_id)) {
+      waiting.push_back(std::move(r));
+      continue;
+    }
     Bytes result;
     const bool answered = service.execute_read_only(r.client, r.op, result);
-    if (check_service_damage()) return;  // the queue waits for the repaired state
+    if (check_service_damage()) {  // the queue waits for the repaired state
+      read_only_queue.insert(read_only_queue.begin(), std::make_move_iterator(waiting.begin()),
+                             std::make_move_iterator(waiting.end()));
+      return;
+    }
     if (!answered) continue;  // the client falls back to ordering
     Reply rep;
     rep.view = view;
@@ -823,6 +837,7 @@ void Replica::Impl::process_read_only() {
     stats.read_only_executed++;
     send(r.client, std::move(rep));
   }
+  read_only_queue = std::move(waiting);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -861,11 +876,14 @@ void Replica::Impl::maybe_send_pre_prepares() {
   trim_tickets();
 }
 
-// The request of the next ticket (the ticket's client's lowest queued id: each client's requests are ordered by
-// increasing id), removed from the queue, with `size` its share of a batch. Nothing when a ticket's request would
+// The request of the next ticket (the ticket's client's lowest queued id that ready_to_order allows: each
+// client's requests are ordered in the order it issued them), removed from the queue, with `size` its share of a batch. Nothing when a ticket's request would
 // take a non-empty batch of `batch_bytes` past kBatchBytesMax (it stays queued). Tickets whose client has nothing
 // queued any more are dropped on the way; nothing when no ticket is left.
 std::optional<QueuedRequest> Replica::Impl::pop_ticket(std::size_t batch_bytes, bool batch_empty, std::size_t& size) {
+  // Tickets of clients whose queued requests all wait for their predecessors go to the back, each at most once
+  // per call, so that one waiting client never holds up the others.
+  std::size_t waiting_tickets_left = tickets.size();
   while (!tickets.empty()) {
     const NodeId c = tickets.front();
     auto qit = queue.find(c);
@@ -873,7 +891,18 @@ std::optional<QueuedRequest> Replica::Impl::pop_ticket(std::size_t batch_bytes, 
       tickets.pop_front();
       continue;
     }
+    // The client's lowest queued request that may be ordered now. Usually its lowest: a later one can be ready
+    // first when the lowest belongs to an earlier incarnation of the client whose predecessor is lost for good
+    // (a restarted client names no predecessor, and its first execution makes those old ids stale).
     auto rit = qit->second.begin();
+    while (rit != qit->second.end() && !ready_to_order(rit->second.request)) ++rit;
+    if (rit == qit->second.end()) {
+      if (waiting_tickets_left == 0) return std::nullopt;
+      waiting_tickets_left--;
+      tickets.pop_front();
+      tickets.push_back(c);
+      continue;
+    }
     size = rit->second.request.op.size() + opt.n * kMacBytes + 64;
     if (!batch_empty && batch_bytes + size > kBatchBytesMax) return std::nullopt;
     tickets.pop_front();
@@ -885,6 +914,29 @@ std::optional<QueuedRequest> Replica::Impl::pop_ticket(std::size_t batch_bytes, 
     return qr;
   }
   return std::nullopt;
+}
+
+// The per-client order rule at the primary (TOCS §5.1.4 pipelining, order kept per client): a request is
+// ordered only after its predecessor executed or was ordered by us (pending), so a correct primary never puts
+// a client's request before the one it was issued after, in a batch or across batches. Execution enforces the
+// rule again (execute_request) against a primary that does.
+bool Replica::Impl::ready_to_order(const Request& r) const {
+  return clients.predecessor_done(r.client, r.prev_request_id) ||
+         pending.count({r.client, r.prev_request_id}) != 0;
+}
+
+// True if some queued request can execute as soon as it is ordered (its predecessor executed): the requests a
+// backup waits for with its view-change timer. One whose predecessor never reached us is not the primary's
+// fault, so it must not start a view change; the client's retransmission brings the predecessor. Usually the
+// first request looked at answers (the queue holds what is not executed yet).
+bool Replica::Impl::any_ready_queued() const {
+  for (const auto& [c, reqs] : queue) {
+    BFT_ASSERT(!reqs.empty());
+    for (const auto& [id, q] : reqs) {
+      if (clients.predecessor_done(c, q.request.prev_request_id)) return true;
+    }
+  }
+  return false;
 }
 
 // Tickets can outlive their requests (executed through another path); keep them bounded.
@@ -1389,6 +1441,10 @@ bool Replica::Impl::execute_request(const Request& r, std::uint64_t seq, std::ui
     return false;  // a duplicate or stale id is never executed twice (TOCS §2.1)
   }
   if (service_diverged) return false;  // damaged earlier in this batch: nothing it computes is answered
+  if (!clients.predecessor_done(r.client, r.prev_request_id)) {
+    defer_out_of_order(r);
+    return false;
+  }
   const ExecContext exec{seq, r.client, r.request_id, timestamp_ns};
   Bytes result = service.execute(exec, r.op);
   BFT_ASSERT(result.size() <= kResultBytesMax);
@@ -1398,6 +1454,16 @@ bool Replica::Impl::execute_request(const Request& r, std::uint64_t seq, std::ui
   forget_request(r.client, r.request_id);
   stats.requests_executed++;
   return true;
+}
+
+// The per-client order rule at execution: a batch ordered `r` before its predecessor executed (a faulty
+// primary, or a view change that kept a later batch and dropped the earlier one). `r` is skipped without a
+// record, deterministically (the rule reads only the client table), so every correct replica skips it alike and
+// the client table stays equal everywhere; it stays fresh, waits in our queue for its turn and is ordered again.
+void Replica::Impl::defer_out_of_order(const Request& r) {
+  stats.requests_deferred_order++;
+  pending.erase({r.client, r.request_id});
+  if (!replaying) enqueue(r, r.digest());
 }
 
 void Replica::Impl::send_reply(const Request& r, std::uint64_t reply_view, ReplyKind kind, const Bytes& result) {
@@ -1911,7 +1977,7 @@ void Replica::Impl::update_timer() {
     return;
   }
   const bool waiting = primary_of(view) != self && !fetcher.active() && !service_diverged &&
-                       (queued_count > 0 || max_ordered_seq > last_committed);
+                       (max_ordered_seq > last_committed || (queued_count > 0 && any_ready_queued()));
   if (!waiting) {
     vc_timer_ticks_left = 0;
   } else if (vc_timer_ticks_left == 0) {

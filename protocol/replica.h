@@ -65,6 +65,9 @@ struct ReplicaStats {
   std::uint64_t rollbacks = 0;
   std::uint64_t early_replies = 0;        // speculative replies sent by this replica as primary (PBFT-CS)
   std::uint64_t open_batches_discarded = 0;  // early-executed requests undone before their batch went out
+  // Ordered requests skipped at execution because their client's previous request had not executed (the
+  // per-client order rule, ClientTable::predecessor_done); the client retransmits them.
+  std::uint64_t requests_deferred_order = 0;
   std::uint64_t rejected_bad_authenticator = 0;
   std::uint64_t rejected_bad_signature = 0;
   std::uint64_t rejected_out_of_window = 0;

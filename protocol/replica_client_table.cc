@@ -89,6 +89,15 @@ std::uint64_t ClientTable::highest_executed(NodeId client) const {
   return it == clients_.end() ? 0 : it->second.hi;
 }
 
+bool ClientTable::predecessor_done(NodeId client, std::uint64_t prev_request_id) const {
+  if (prev_request_id == 0) return true;
+  // Stale counts as done: an id at or below hi - window is never executed again (classify), so waiting for it
+  // would wait forever. A correct client never has its predecessor go stale unexecuted: it keeps every id it
+  // sends within `window` of its oldest unfinished one (client.cc pump), and an id executes only after its
+  // predecessor, so hi - window < any predecessor the client still waits for.
+  return classify(client, prev_request_id) != Freshness::kFresh;
+}
+
 void ClientTable::record(NodeId client, std::uint64_t request_id, std::uint64_t seq, Bytes result,
                          bool tentative) {
   BFT_ASSERT(classify(client, request_id) == Freshness::kFresh);

@@ -11,6 +11,9 @@
 // (hi - window, hi] were executed (bit i stands for id hi - i), with the cached result of each of them.
 // An id <= hi - window is stale: it is neither executed nor answered.
 //
+// The order rule (predecessor_done) needs no state of its own: "executed" and "stale" are exactly what the
+// table already records, so the checkpoint encoding is unchanged by it.
+//
 // Tentative execution (TOCS §5.1.2) changes the table before a batch commits; record(..., tentative=true)
 // keeps undo information per sequence number, so rollback_to(s) restores exactly the table after s and
 // commit_through(s) drops the undo information, mirroring Service::rollback_to / commit_through.
@@ -49,6 +52,14 @@ class ClientTable {
   const CachedReply* cached_reply(NodeId client, std::uint64_t request_id) const;
   // The highest executed id of `client` (0 if none).
   std::uint64_t highest_executed(NodeId client) const;
+
+  // The per-client order rule (TOCS §5.1.4 lets a client pipeline; we keep its requests in issue order): a
+  // request of `client` whose predecessor is `prev_request_id` (Request::prev_request_id) may execute only if
+  // this returns true: there is no predecessor (0), or it executed, or it is stale and so can never execute.
+  // By induction over the chain of predecessors, every earlier request of the client that can still execute
+  // has then executed. The answer depends only on the table, i.e. on the executed history, so every correct
+  // replica decides alike at the same point of the sequence (and a rollback restores the same answers).
+  bool predecessor_done(NodeId client, std::uint64_t prev_request_id) const;
 
   // Records the execution of (client, request_id) at `seq` with `result`. Precondition: classify() == kFresh
   // and seq is not below the seq of an earlier tentative record. With `tentative`, keeps undo information

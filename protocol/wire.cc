@@ -38,7 +38,7 @@ constexpr std::uint8_t kTypeMin = static_cast<std::uint8_t>(MsgType::kRequest);
 constexpr std::uint8_t kTypeMax = static_cast<std::uint8_t>(MsgType::kStateLeaf);
 
 // ---- encoded sizes (kept next to the writers below; the writers assert they match) ----
-constexpr std::size_t kRequestFixedBytes = 4 + 8 + 1 + 4 + 4 + 4;  // client id flags replier |op| |auth|
+constexpr std::size_t kRequestFixedBytes = 4 + 8 + 8 + 1 + 4 + 4 + 4;  // client id prev flags replier |op| |auth|
 constexpr std::size_t kBatchFixedBytes = 8 + 4;                   // timestamp |requests|
 constexpr std::size_t kCheckpointClaimBytes = 8 + kDigestBytes;
 constexpr std::size_t kPreparedClaimBytes = 8 + kDigestBytes + 8;
@@ -83,6 +83,7 @@ void write_request(ByteWriter& w, const Request& r) {
   BFT_ASSERT(r.authenticator.size() <= kReplicasMax);
   w.u32(r.client);
   w.u64(r.request_id);
+  w.u64(r.prev_request_id);
   w.u8(r.flags);
   w.u32(r.replier);
   w.blob(r.op);
@@ -283,6 +284,9 @@ bool read_request(BodyReader& in, Request& r) {
   if (!in.u32(r.client)) return false;
   if (!valid_client(in, r.client)) return in.fail(Reject::kBadField);
   if (!in.u64(r.request_id)) return false;
+  if (!in.u64(r.prev_request_id)) return false;
+  // The predecessor was issued before this request (messages.h), so its id is lower; 0 means none.
+  if (r.prev_request_id >= r.request_id && r.prev_request_id != 0) return in.fail(Reject::kBadPredecessor);
   if (!in.u8(r.flags)) return false;
   if ((r.flags & ~kRequestFlagsKnown) != 0) return in.fail(Reject::kBadFlags);
   if (!in.u32(r.replier)) return false;
@@ -496,6 +500,8 @@ std::string_view to_string(Reject r) {
       return "wrong receiver";
     case Reject::kBadMac:
       return "bad MAC";
+    case Reject::kBadPredecessor:
+      return "bad predecessor request id";
     case Reject::kTruncatedBody:
       return "truncated body";
     case Reject::kTrailingBytes:

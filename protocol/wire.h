@@ -33,7 +33,7 @@
 namespace bftfs {
 
 inline constexpr std::uint32_t kWireMagic = 0x31544642u;
-inline constexpr std::uint8_t kWireVersion = 1;
+inline constexpr std::uint8_t kWireVersion = 2;  // 2: Request::prev_request_id
 inline constexpr std::size_t kHeaderBytes = 72;
 inline constexpr std::size_t kFrameOverheadBytes = kHeaderBytes + kMacBytes;
 
@@ -58,6 +58,7 @@ enum class Reject : std::uint8_t {
   kBadAuthenticator,  // Request authenticator not exactly n entries
   kBadSignature,      // signature checks are done by the core, but wire helpers may report it
   kBadField,          // any other field out of its domain (e.g. sender a client where a replica is required)
+  kBadPredecessor,    // Request whose prev_request_id is not below its request_id
 };
 std::string_view to_string(Reject r);
 

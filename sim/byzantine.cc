@@ -16,9 +16,12 @@ namespace {
 constexpr std::array<std::string_view, static_cast<std::size_t>(Strategy::kCount)> kNames = {
     "none",   "equivocate",    "corrupt-digests",   "wrong-replies",  "forge-macs", "withhold",
     "replay", "random-frames", "lying-view-change", "silent-primary", "mixed",  "lying-early-replies",
+    "reorder-client",
 };
 
 constexpr std::size_t kReplayKept = 128;
+constexpr std::size_t kReorderedKept = 1024;   // reorder-client: batches remembered for retransmissions
+constexpr std::uint64_t kParkedSeqsMax = 4;    // reorder-client: a parked pre-prepare goes out this many seqs later
 constexpr std::uint64_t kPpm = 1'000'000;
 
 // A counter result (services/counter_service.h: u8 status, u64 value, u64 next token, little-endian).
@@ -70,7 +73,8 @@ bool parse_strategy(std::string_view name, Strategy& out) {
 }
 
 bool wants_primary(Strategy s) {
-  return s == Strategy::kEquivocate || s == Strategy::kSilentPrimary || s == Strategy::kLyingEarlyReplies;
+  return s == Strategy::kEquivocate || s == Strategy::kSilentPrimary || s == Strategy::kLyingEarlyReplies ||
+         s == Strategy::kReorderClient;
 }
 
 Byzantine::Byzantine(Strategy strategy, NodeId self, std::uint32_t n, std::uint32_t nodes, const Crypto& crypto,
@@ -154,6 +158,74 @@ Batch Byzantine::mutate_batch(const Batch& batch) {
         return out;
     }
   }
+}
+
+void Byzantine::remember_reordered(const PrePrepare& pp, const Batch& batch) {
+  if (reordered_.size() >= kReorderedKept) reordered_.erase(reordered_.begin());
+  reordered_.insert_or_assign({pp.view, pp.seq}, batch);
+}
+
+void Byzantine::reorder(const Send& send, const PrePrepare& pp, std::vector<Send>& out) {
+  const auto emit = [&out](NodeId to, const PrePrepare& base, const Batch& batch) {
+    PrePrepare lie = base;
+    lie.batch = batch;
+    out.push_back(Send{to, std::move(lie)});
+  };
+  if (auto it = reordered_.find({pp.view, pp.seq}); it != reordered_.end()) {
+    emit(send.to, pp, it->second);
+    return;
+  }
+  if (parked_ && parked_->view != pp.view) parked_.reset();  // another view: the parked one is never sent
+  if (parked_ && parked_->seq == pp.seq) {
+    ++lies_;  // a retransmission of the parked one waits with it
+    return;
+  }
+  if (parked_ && pp.seq > parked_->seq) {
+    // Across batches: a later request of a client of the parked (earlier) batch takes the place of that client's
+    // request there, which goes into this batch instead.
+    Batch early = parked_->batch;
+    Batch late = pp.batch;
+    bool swapped = false;
+    for (Request& a : early.requests) {
+      for (Request& b : late.requests) {
+        if (!swapped && a.client == b.client && b.request_id > a.request_id) {
+          std::swap(a, b);
+          swapped = true;
+        }
+      }
+    }
+    if (swapped || pp.seq >= parked_->seq + kParkedSeqsMax) {
+      remember_reordered(*parked_, early);
+      emit(kAllReplicas, *parked_, early);
+      parked_.reset();
+      if (swapped) {
+        ++lies_;
+        remember_reordered(pp, late);
+        emit(send.to, pp, late);
+        return;
+      }
+    }
+  }
+  // Inside the batch: some clients' requests in reverse order, in the same slots.
+  Batch batch = pp.batch;
+  std::map<NodeId, std::vector<std::size_t>> slots;
+  for (std::size_t i = 0; i < batch.requests.size(); ++i) slots[batch.requests[i].client].push_back(i);
+  bool lied = false;
+  for (const auto& [client, pos] : slots) {
+    if (pos.size() < 2 || !prng_.chance(1, 2)) continue;
+    for (std::size_t lo = 0, hi = pos.size() - 1; lo < hi; ++lo, --hi) {
+      std::swap(batch.requests[pos[lo]], batch.requests[pos[hi]]);
+    }
+    lied = true;
+  }
+  if (!lied && !parked_ && !batch.requests.empty() && prng_.chance(1, 2)) {
+    parked_ = pp;  // sent when a later pre-prepare has something to swap with, or kParkedSeqsMax later
+    ++lies_;
+    return;
+  }
+  if (lied) ++lies_;
+  remember_reordered(pp, batch);
+  emit(send.to, pp, batch);
 }
 
 void Byzantine::lie_in_view_change(ViewChange& vc) {
@@ -297,6 +369,12 @@ void Byzantine::rewrite(const Send& send, std::vector<Send>& out) {
         return;
       }
       break;
+    }
+    case Strategy::kReorderClient: {
+      const auto* pp = std::get_if<PrePrepare>(&send.message);
+      if (pp == nullptr) break;
+      reorder(send, *pp, out);
+      return;
     }
     case Strategy::kSilentPrimary:
       if (type == MsgType::kPrePrepare || type == MsgType::kNewView) {

@@ -19,6 +19,11 @@
 //   mixed             any of the rewrites above, chosen per message
 //   lying-early-replies  (PBFT-CS, NSDI'09 §3.4) as primary, lies in a fraction of its early replies (see
 //                     set_early_lies); otherwise follows the protocol
+//   reorder-client    as primary, sends every backup the same pre-prepare, but with a pipelining client's
+//                     requests out of the order the client issued them: reversed inside a batch, or swapped
+//                     across batches (a pre-prepare is held back until a later one carries a later request of
+//                     the same client, and the two requests trade places). TOCS §5.1.4: the replicas must still
+//                     execute each client's requests in issue order (ClientTable::predecessor_done).
 // In PBFT-CS seeds any Byzantine replica may also lie in its early replies whenever it is primary
 // (set_early_lies), whatever its strategy: those lies come from a Prng of their own, so the strategy's own
 // choices stay as they were.
@@ -26,6 +31,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -48,6 +55,7 @@ enum class Strategy : std::uint8_t {
   kSilentPrimary,
   kMixed,
   kLyingEarlyReplies,
+  kReorderClient,
   kCount,
 };
 // The strategies before PBFT-CS; a seed that draws a strategy at random draws among these (adding
@@ -109,6 +117,9 @@ class Byzantine {
   std::vector<NodeId> targets(NodeId to) const;
   void rewrite(const Send& send, std::vector<Send>& out);
   Batch mutate_batch(const Batch& batch);
+  // reorder-client: the pre-prepares that go out for `send` of `pp` (none while `pp` is parked).
+  void reorder(const Send& send, const PrePrepare& pp, std::vector<Send>& out);
+  void remember_reordered(const PrePrepare& pp, const Batch& batch);
   Digest random_digest();
   void lie_in_view_change(ViewChange& vc);
   Bytes random_frame(NodeId to);
@@ -130,6 +141,11 @@ class Byzantine {
   std::deque<Send> sent_;
   std::deque<Message> received_;
   std::uint64_t lies_ = 0;
+  // reorder-client: the batch sent per (view, seq), so that every copy and retransmission carries the same lie
+  // (backups then agree on it and it commits), and a pre-prepare held back until a later one has a later request
+  // of one of its clients to swap with.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, Batch> reordered_;
+  std::optional<PrePrepare> parked_;
   // PBFT-CS lies (set_early_lies): their own Prng, so that enabling them leaves the strategy's choices alone.
   Prng early_prng_;
   std::uint32_t early_lie_ppm_ = 0;

@@ -107,6 +107,32 @@ void Checker::on_committed(NodeId replica, std::uint64_t seq, const Digest& dige
            it->second.first.short_hex().c_str(), it->second.second, digest.short_hex().c_str(), replica));
 }
 
+// Property 10: the request's neighbours in id order are its neighbours in the agreed order. Checking both sides
+// at every insertion keeps the whole per-client map sorted by id and by place at once.
+void Checker::check_client_order(NodeId replica, const ExecRecord& rec) {
+  auto& order = client_order_[rec.client];
+  const std::pair<std::uint64_t, std::uint32_t> place{rec.seq, rec.index};
+  const auto [it, inserted] = order.emplace(rec.request_id, place);
+  if (!inserted) return;  // finals_ admits each request once; nothing to add
+  if (it != order.begin()) {
+    const auto before = std::prev(it);
+    if (before->second > place) {
+      fail(fmt("client order: client %u request %llu executed at seq %llu #%u (replica %u) before its earlier request "
+               "%llu at seq %llu #%u",
+               rec.client, ull(rec.request_id), ull(rec.seq), rec.index, replica, ull(before->first),
+               ull(before->second.first), before->second.second));
+      return;
+    }
+  }
+  const auto after = std::next(it);
+  if (after != order.end() && after->second < place) {
+    fail(fmt("client order: client %u request %llu executed at seq %llu #%u (replica %u) after its later request "
+             "%llu at seq %llu #%u",
+             rec.client, ull(rec.request_id), ull(rec.seq), rec.index, replica, ull(after->first),
+             ull(after->second.first), after->second.second));
+  }
+}
+
 void Checker::on_final(NodeId replica, const ExecRecord& rec) {
   const Key key{rec.client, rec.request_id};
   if (shim_ && !rec.enveloped) {
@@ -133,6 +159,8 @@ void Checker::on_final(NodeId replica, const ExecRecord& rec) {
     }
     return;
   }
+  check_client_order(replica, rec);
+  if (failed()) return;
   if (shim_ && shim::is_retry(rec.shim_status)) ++shim_retries_;
 
   if (counter_ && rec.op_kind == kCounterOpIncrement && rec.shim_status == shim::ShimStatus::kExecuted) {

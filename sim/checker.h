@@ -46,6 +46,11 @@
 //      its committed view never holds a rolled-back result); a kCommit after a delivered first reply has that
 //      first reply equal to the final result, a kRollback has a delivered first reply that differs, and a plain
 //      client never delivers first replies.
+//  10. Per-client order (TOCS §5.1.4 pipelining, with each client's order kept): in the agreed history (seq, then
+//      place in the batch) every client's executed requests appear in the order the client issued them, which for
+//      the simulator's clients (one incarnation each) is increasing request id. Pipelining clients (window > 1:
+//      the null variant's pipelining client, speculating clients) make it bite; view changes, crashes of every
+//      replica and the reorder-client Byzantine primary try to break it.
 #pragma once
 
 #include <cstdint>
@@ -131,6 +136,7 @@ class Checker {
   };
   void fail(std::string what);
   void check_real_time();
+  void check_client_order(NodeId replica, const ExecRecord& rec);
   void check_predicates(NodeId replica, const ExecRecord& rec);
   // The counter result a (possibly enveloped) result carries; false when it carries none (a no-op, or bytes
   // that do not parse: `status` tells which).
@@ -144,6 +150,8 @@ class Checker {
   std::map<std::uint64_t, std::pair<std::uint64_t, Key>> ok_values_;  // value -> (seq, request)
   std::map<Key, Op> ops_;
   std::map<Key, Pending> pending_;  // accepted ordered results with no final execution yet
+  // Per client: request id -> (seq, place in the batch) of its agreed execution (property 10).
+  std::map<NodeId, std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>>> client_order_;
   std::map<std::uint64_t, std::pair<Digest, NodeId>> checkpoints_;  // seq -> (digest, first replica seen)
   std::uint64_t completions_ = 0;
   std::uint64_t read_completions_ = 0;

@@ -79,6 +79,10 @@ struct Totals {
   std::uint64_t seeds_with_early_lie = 0;
   std::uint64_t seeds_with_fake_early_reply = 0;
   std::uint64_t seeds_with_distrust = 0;
+  // Per-client order (checker property 10).
+  std::uint64_t seeds_pipelined = 0;
+  std::uint64_t seeds_reorder_primary = 0;
+  std::uint64_t seeds_with_order_deferral = 0;
 
   void add(const SimStats& s) {
     const auto* from = reinterpret_cast<const std::uint64_t*>(&s);
@@ -110,6 +114,9 @@ struct Totals {
     seeds_with_early_lie += s.early_lies > 0 ? 1 : 0;
     seeds_with_fake_early_reply += s.fake_early_replies > 0 ? 1 : 0;
     seeds_with_distrust += s.first_withheld_distrusted > 0 ? 1 : 0;
+    seeds_pipelined += s.pipelined_clients > 0 ? 1 : 0;
+    seeds_reorder_primary += s.reorder_primary;
+    seeds_with_order_deferral += s.requests_deferred_order > 0 ? 1 : 0;
   }
 };
 
@@ -147,6 +154,8 @@ void print_stats(const SimStats& s, const char* indent) {
   std::printf("%sliveness: %llu ticks after healing; %llu runs needed a further request because a correct replica "
               "stayed behind (%llu such replicas, sim/FINDINGS.md)\n",
               indent, ull(s.liveness_ticks), ull(s.probes), ull(s.lagging_replicas));
+  std::printf("%sper-client order: pipelined clients %llu, reorder-client primaries %llu, requests skipped for order %llu\n",
+              indent, ull(s.pipelined_clients), ull(s.reorder_primary), ull(s.requests_deferred_order));
   std::printf("%sframes rejected by the wire: %llu", indent, ull(s.frames_rejected));
   const char* sep = " (";
   for (std::size_t i = 1; i < bftfs::sim::kRejectSlots; ++i) {
@@ -308,5 +317,9 @@ int main(int argc, char** argv) {
               ull(totals.seeds_with_client_rollback), ull(totals.seeds_with_shim_retry),
               ull(totals.seeds_with_open_batch_discarded), ull(totals.seeds_with_early_lie),
               ull(totals.seeds_with_fake_early_reply), ull(totals.seeds_with_distrust));
+  std::printf("  per-client order: seeds with pipelined clients %llu, with a reorder-client primary %llu, where "
+              "replicas skipped a request ordered before its predecessor %llu (%llu requests)\n",
+              ull(totals.seeds_pipelined), ull(totals.seeds_reorder_primary), ull(totals.seeds_with_order_deferral),
+              ull(totals.sum.requests_deferred_order));
   return failed.empty() ? 0 : 1;
 }

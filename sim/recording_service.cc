@@ -106,9 +106,11 @@ Bytes RecordingService::execute(const ExecContext& ctx, std::span<const std::uin
   if (ctx.seq < last_executed_seq_) {
     breach("execute at seq " + std::to_string(ctx.seq) + " after seq " + std::to_string(last_executed_seq_));
   }
+  if (ctx.seq != last_executed_seq_) executed_at_seq_ = 0;
   last_executed_seq_ = ctx.seq;
   ExecRecord rec;
   rec.seq = ctx.seq;
+  rec.index = executed_at_seq_++;
   rec.client = ctx.client;
   rec.request_id = ctx.request_id;
   Bytes result;

@@ -43,6 +43,7 @@ namespace bftfs::sim {
 // One execution of an ordered request.
 struct ExecRecord {
   std::uint64_t seq = 0;
+  std::uint32_t index = 0;  // executions before this one at the same seq (its place in the batch, skips aside)
   NodeId client = 0;
   std::uint64_t request_id = 0;
   // First byte of the (inner) op: counter 1 increment, 2 read; 0 if the op is empty or not a valid envelope.
@@ -131,6 +132,7 @@ class RecordingService final : public Service {
   std::vector<ExecRecord> final_;
   std::uint64_t committed_through_ = 0;
   std::uint64_t last_executed_seq_ = 0;
+  std::uint32_t executed_at_seq_ = 0;  // executions so far at last_executed_seq_
   bool installing_ = false;
   std::uint64_t rollbacks_ = 0;
   std::uint64_t rolled_back_executions_ = 0;

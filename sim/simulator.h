@@ -123,6 +123,13 @@ struct SimStats {
   std::uint64_t shim_retries = 0;            // agreed requests the shim turned into no-ops
   std::uint64_t early_lies = 0;              // early replies a Byzantine primary corrupted
   std::uint64_t fake_early_replies = 0;      // early replies for requests it then never ordered
+  // Per-client order (checker property 10): clients with more than one request in flight (the pipelining
+  // client, speculating clients with a window above 1), whether a Byzantine primary reorders them
+  // (reorder-client), and ordered requests the correct replicas skipped because their predecessor had not
+  // executed (ReplicaStats::requests_deferred_order).
+  std::uint64_t pipelined_clients = 0;
+  std::uint64_t reorder_primary = 0;
+  std::uint64_t requests_deferred_order = 0;
   std::uint64_t fingerprint = 0;     // hash of the delivered frames in order: equal for equal runs
 };
 

@@ -16,7 +16,7 @@ from bftfs_harness import status_value
 from conftest import wait_until
 
 MAGIC = 0x31544642
-VERSION = 1
+VERSION = 2  # protocol/wire.h kWireVersion (2: Request::prev_request_id)
 HEADER = struct.Struct("<IBBHIIQQII32s")  # protocol/wire.h: 72 bytes
 MAC_BYTES = 16
 FRAME_BYTES_MAX = 32 << 20

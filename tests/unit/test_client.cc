@@ -408,3 +408,40 @@ TEST_CASE("client wants replies to pending requests only, and keeps unknown ids 
   CHECK(fx.client->stats().replies_rejected == rejected);
   CHECK(fx.client->take_completions().empty());
 }
+
+TEST_CASE("client names the ordered request issued before each request as its predecessor", "[client][order]") {
+  ClientOptions o;
+  o.window = 8;
+  Fixture fx(o);
+  const std::uint64_t a = fx.client->submit(Bytes{1});
+  const std::uint64_t read = fx.client->submit(Bytes{2}, true);
+  const std::uint64_t b = fx.client->submit(Bytes{3});
+  std::map<std::uint64_t, Request> sent;
+  for (const Send& s : fx.sends()) {
+    const Request& r = Fixture::request_of(s);
+    sent[r.request_id] = r;
+    // The authenticator covers the predecessor (it is part of the digest).
+    REQUIRE(r.authenticator.size() == kN);
+    CHECK(fx.crypto.verify_mac(0, r.digest().bytes, r.authenticator[0]));
+  }
+  REQUIRE(sent.size() == 3);
+  CHECK(sent.at(a).prev_request_id == 0);  // the first request of this incarnation
+  CHECK(sent.at(read).prev_request_id == a);  // a read waits for the write before it
+  CHECK(sent.at(b).prev_request_id == a);     // ids have a gap: the read is never ordered
+  // The read falls back to ordering with a new id, after everything issued so far.
+  fx.reply(0, read, kResult, kReplyReadOnly);
+  fx.reply(1, read, kLie, kReplyReadOnly);
+  fx.reply(2, read, {'x'}, kReplyReadOnly);
+  fx.reply(3, read, {'y'}, kReplyReadOnly);
+  REQUIRE(fx.client->stats().read_only_fallbacks == 1);
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  const Request again = Fixture::request_of(sends[0]);  // a copy: `sends` is reassigned below
+  CHECK(again.request_id > b);
+  CHECK(again.prev_request_id == b);
+  const std::uint64_t c = fx.client->submit(Bytes{4});
+  sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(Fixture::request_of(sends[0]).request_id == c);
+  CHECK(Fixture::request_of(sends[0]).prev_request_id == again.request_id);
+}

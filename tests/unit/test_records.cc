@@ -63,7 +63,7 @@ TEST_CASE("malformed records are rejected", "[records]") {
   // A pre-prepare record with a request whose authenticator is empty or over kReplicasMax.
   PrePrepareRecord pp{1, 2, samples::batch(prng, 4, 1, 0)};
   Bytes pb = encode_record(pp);
-  const std::size_t auth_at = 1 + 8 + 8 + 8 + 4 + 21;  // tag view seq timestamp count, then the request
+  const std::size_t auth_at = 1 + 8 + 8 + 8 + 4 + 29;  // tag view seq timestamp count, then the request
   REQUIRE(load_u32_le(pb.data() + auth_at) == 4);
   Bytes none = pb;
   store_u32_le(none.data() + auth_at, 0);

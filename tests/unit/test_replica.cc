@@ -932,3 +932,102 @@ TEST_CASE("the effects filter sees every outgoing effect and can drop it", "[rep
   CHECK(c.count_delivered(is<PrePrepare>) == 0);
   for (NodeId i = 1; i < 4; i++) CHECK(c.r(i).last_executed() == 0);
 }
+
+// ---- per-client order of pipelined requests (TOCS §5.1.4; ClientTable::predecessor_done) ----
+
+namespace {
+
+// A request of `client` with id `id` that names `prev` as the ordered request issued before it.
+Request after(Cluster& c, NodeId client, std::uint64_t id, std::uint64_t prev, Bytes op, bool read_only = false) {
+  Request r = c.make_request(client, id, std::move(op), read_only);
+  r.prev_request_id = prev;
+  const Digest d = r.digest();
+  r.authenticator.clear();
+  for (NodeId i = 0; i < c.n; i++) r.authenticator.push_back(c.cryptos[client]->mac(i, d.bytes));
+  return r;
+}
+
+CounterResult counter_of(const std::optional<Bytes>& result) {
+  REQUIRE(result.has_value());
+  CounterResult res;
+  REQUIRE(parse_counter_result(*result, res));
+  return res;
+}
+
+}  // namespace
+
+TEST_CASE("a request waits for the one its client issued before it, and its wait starts no view change",
+          "[replica][order]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  const NodeId client = c.client_ids[0];
+  const std::uint64_t token = c.token[client];
+  // Both increments present the same token: whichever runs first succeeds, the other gets "bad token".
+  const Request first = after(c, client, 1, 0, counter_increment_op(token));
+  const Request second = after(c, client, 2, 1, counter_increment_op(token));
+  c.send_all(second);  // the first one is late (lost, or still on its way)
+  c.run();
+  c.tick(3 * c.opt.view_change_timeout_ticks);
+  for (NodeId i = 0; i < 4; i++) {
+    CHECK(c.r(i).stats().requests_executed == 0);
+    CHECK(c.r(i).stats().view_changes_started == 0);  // nothing the primary could order: not its fault
+  }
+  c.send(first, 0);
+  c.run();
+  CHECK(counter_of(c.accepted(client, 1)).status == 0);
+  REQUIRE(c.tick_until([&] { return c.accepted(client, 2).has_value(); }, 2000));
+  CHECK(counter_of(c.accepted(client, 2)).status == 1);  // ran second: its token was used up
+  for (NodeId i = 0; i < 4; i++) {
+    CHECK(c.r(i).stats().requests_executed == 2);
+    CHECK(c.r(i).view() == 0);
+  }
+}
+
+TEST_CASE("a batch that orders a request before its predecessor: every replica skips it alike, then runs it in order",
+          "[replica][order]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  const NodeId client = c.client_ids[0];
+  const std::uint64_t token = c.token[client];
+  const Request first = after(c, client, 1, 0, counter_increment_op(token));
+  const Request second = after(c, client, 2, 1, counter_increment_op(token));
+  // A faulty primary pre-prepares the client's requests in the wrong order, the same batch to every backup, and
+  // then falls silent (replica 0 stands for it: its own core never proposed this, so it is taken down).
+  c.crash(0);
+  PrePrepare pp;
+  pp.view = 0;
+  pp.seq = 1;
+  pp.batch.timestamp_ns = 2'000'000;
+  pp.batch.requests = {second, first};
+  for (NodeId j = 1; j < 4; j++) c.queue.push_back(Envelope{0, j, pp});
+  c.run();
+  for (NodeId j = 1; j < 4; j++) {
+    CHECK(c.r(j).last_committed() == 1);
+    CHECK(c.r(j).stats().requests_executed == 1);
+    CHECK(c.r(j).stats().requests_deferred_order == 1);
+  }
+  CHECK(counter_of(c.accepted(client, 1)).status == 0);
+  CHECK_FALSE(c.accepted(client, 2).has_value());  // skipped without a record: nothing was answered
+  // The skipped request waits at the backups, ready now; the primary never orders it (it sent none of this),
+  // so they change views and the next primary orders it.
+  REQUIRE(c.tick_until([&] { return c.accepted(client, 2).has_value(); }, 5000));
+  CHECK(counter_of(c.accepted(client, 2)).status == 1);  // after the first: its token was used up
+  for (NodeId j = 1; j < 4; j++) CHECK(c.r(j).view() >= 1);
+  require_agreement(c, {1, 2, 3});
+}
+
+TEST_CASE("a read-only request is answered only after its client's previous ordered request executed",
+          "[replica][order]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  const NodeId client = c.client_ids[0];
+  const Request write = after(c, client, 1, 0, counter_increment_op(c.token[client]));
+  const Request read = after(c, client, 2, 1, counter_read_op(), /*read_only=*/true);
+  c.send_all(read);  // overtakes the write
+  c.run();
+  for (NodeId i = 0; i < 4; i++) CHECK(c.r(i).stats().read_only_executed == 0);
+  c.send(write, 0);
+  c.run();
+  REQUIRE(c.tick_until([&] { return c.accepted(client, 2).has_value(); }, 500));
+  CHECK(counter_of(c.accepted(client, 2)).value == 1);  // the read sees the write issued before it
+}

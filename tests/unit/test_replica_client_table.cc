@@ -132,3 +132,25 @@ TEST_CASE("client table decoding rejects malformed bytes without touching the ou
   }
   CHECK(out.encode() == before);
 }
+
+TEST_CASE("client table: a predecessor is done once executed or stale, and a rollback undoes that",
+          "[replica][client_table][order]") {
+  ClientTable t(4);
+  CHECK(t.predecessor_done(10, 0));        // no predecessor
+  CHECK_FALSE(t.predecessor_done(10, 1));  // fresh: it may still execute, so its successor waits
+  t.record(10, 1, 1, result_of(1), false);
+  CHECK(t.predecessor_done(10, 1));
+  CHECK_FALSE(t.predecessor_done(11, 1));  // clients are independent
+  t.record(10, 3, 2, result_of(3), true);  // tentative
+  CHECK(t.predecessor_done(10, 3));
+  CHECK_FALSE(t.predecessor_done(10, 2));  // inside the window, not executed
+  t.record(10, 9, 3, result_of(9), true);  // window (5, 9]: ids up to 5 can never execute again
+  CHECK(t.predecessor_done(10, 2));
+  CHECK(t.predecessor_done(10, 5));
+  CHECK_FALSE(t.predecessor_done(10, 6));
+  t.rollback_to(1);  // the answers follow the executed history exactly
+  CHECK(t.predecessor_done(10, 1));
+  CHECK_FALSE(t.predecessor_done(10, 2));
+  CHECK_FALSE(t.predecessor_done(10, 3));
+  t.check_invariants();
+}

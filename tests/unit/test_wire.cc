@@ -175,6 +175,25 @@ TEST_CASE("null_batch_digest is the digest of the empty batch and differs from a
   CHECK(r.digest() == before);
   r.flags ^= kRequestReadOnly;
   CHECK(r.digest() != before);
+  r.flags ^= kRequestReadOnly;
+  r.prev_request_id = r.prev_request_id == 0 ? 1 : 0;  // the order rule's input is covered
+  CHECK(r.digest() != before);
+}
+
+TEST_CASE("a request whose predecessor id is not below its own id is rejected", "[wire]") {
+  Request r = sample<Request>();
+  r.request_id = 10;
+  for (const std::uint64_t prev : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{9}}) {
+    r.prev_request_id = prev;
+    const Decoded ok = decode_frame(encode_frame(r, r.client, 0, net().at(r.client)), kN, net().at(0));
+    REQUIRE(ok.ok());
+    CHECK(std::get<Request>(ok.message).prev_request_id == prev);
+  }
+  for (const std::uint64_t prev : {std::uint64_t{10}, std::uint64_t{11}, ~std::uint64_t{0}}) {
+    r.prev_request_id = prev;
+    const Decoded bad = decode_frame(encode_frame(r, r.client, 0, net().at(r.client)), kN, net().at(0));
+    CHECK(bad.reject == Reject::kBadPredecessor);
+  }
 }
 
 TEST_CASE("signing bytes are domain separated and cover every field but the signature", "[wire]") {
@@ -297,18 +316,22 @@ TEST_CASE("every reject reason is produced by a crafted frame", "[wire]") {
     const Request req = sample<Request>();
     const Bytes rf = frame_of(req);
     const Bytes rb = encode_body(req);
+    // Body: client u32 @0, request id u64 @4, predecessor id u64 @12, flags u8 @20, replier u32 @21, op @25.
     Bytes flags = rb;
-    flags[12] = 0x80;
+    flags[20] = 0x80;
     expect(reject_of(with_body(rf, flags)), Reject::kBadFlags);
-    CHECK(reject_of(with_body(rf, patched(rb, 17, kOpBytesMax + 1))) == Reject::kLimitExceeded);
+    Bytes prev = rb;
+    store_u64_le(prev.data() + 12, req.request_id);  // a request cannot follow itself
+    expect(reject_of(with_body(rf, prev)), Reject::kBadPredecessor);
+    CHECK(reject_of(with_body(rf, patched(rb, 25, kOpBytesMax + 1))) == Reject::kLimitExceeded);
     // The authenticator count sits after the op: 3 MACs instead of n = 4.
-    const std::size_t auth_at = 21 + req.op.size();
+    const std::size_t auth_at = 29 + req.op.size();
     Bytes three = patched(rb, auth_at, 3);
     three.resize(three.size() - kMacBytes);
     expect(reject_of(with_body(rf, three)), Reject::kBadAuthenticator);
     CHECK(reject_of(with_body(rf, patched(rb, auth_at, kReplicasMax + 1))) == Reject::kLimitExceeded);
     CHECK(reject_of(with_body(rf, patched(rb, 0, 3))) == Reject::kBadField);    // client id of a replica
-    CHECK(reject_of(with_body(rf, patched(rb, 13, kN))) == Reject::kBadField);  // replier not a replica
+    CHECK(reject_of(with_body(rf, patched(rb, 21, kN))) == Reject::kBadField);  // replier not a replica
   }
   {
     Reply reply = sample<Reply>();
@@ -379,11 +402,13 @@ TEST_CASE("every reject reason is produced by a crafted frame", "[wire]") {
   }
   expect(Reject::kNone, Reject::kNone);
 
-  // Every reason of the enum was produced above (kNone included).
-  CHECK(seen.size() == static_cast<std::size_t>(Reject::kBadField) + 1);
+  // Every reason of the enum was produced above (kNone included); kBadPredecessor is the last one.
+  CHECK(seen.size() == static_cast<std::size_t>(Reject::kBadPredecessor) + 1);
   std::set<std::string_view> names;
-  for (int r = 0; r <= static_cast<int>(Reject::kBadField); ++r) names.insert(to_string(static_cast<Reject>(r)));
-  CHECK(names.size() == static_cast<std::size_t>(Reject::kBadField) + 1);
+  for (int r = 0; r <= static_cast<int>(Reject::kBadPredecessor); ++r) {
+    names.insert(to_string(static_cast<Reject>(r)));
+  }
+  CHECK(names.size() == static_cast<std::size_t>(Reject::kBadPredecessor) + 1);
 }
 
 TEST_CASE("a new view with more than kReplicasMax view changes is over the limit", "[wire]") {
