@@ -10,8 +10,8 @@ fresh cluster, and reports for every run:
                /proc/<pid>/stat just before and just after the workload (all threads, so the log's sync thread
                is included)
   client_cpu_s the workload's own bftfs client (counter workloads), from its rusage
-  ops          requests the workload made (counter: increments; fs: requests executed + read-only requests
-               answered by replica 0, or by the NO-REP server)
+  ops          requests the workload made (counter: increments; fs: requests the relay completed, ordered and
+               read-only)
   cpu_us_per_op 1e6 * cpu_s / ops
   wall_s       the workload's wall time (noisy; read it only next to the other configuration's)
 
@@ -96,11 +96,9 @@ class Cluster:
             out.setdefault(role, []).append(int(f.read_text().split()[0]))
         return out
 
-    def ops_executed(self) -> int:
-        """Requests executed (ordered + read-only) by replica 0 or the NO-REP server, from its status.json."""
-        status = json.loads((self.dir / ("norep" if self.norep else "r0") / "status.json").read_text())
-        st = status if self.norep else status.get("stats", {})
-        return int(st.get("requests_executed", 0)) + int(st.get("read_only_executed", 0))
+    def ops_completed(self) -> int:
+        """Requests the relay completed (ordered and read-only, PBFT or NO-REP alike), from its status file."""
+        return int(json.loads((self.dir / "relay.status.json").read_text())["completed"])
 
 
 def cpu_of_children() -> float:
@@ -141,7 +139,7 @@ def fs_workload(cl: Cluster, args: argparse.Namespace, mnt: Path, tree) -> dict:
         common.wait_until(lambda: os.path.ismount(mnt), 30, f"{mnt} mounted")
         roles = {**cl.roles(), "mount": mount_daemon_pids(mnt)}
         pids = [p for ps in roles.values() for p in ps]
-        ops0 = cl.ops_executed()
+        ops0 = cl.ops_completed()
         r0 = {k: daemons_cpu_s(v) for k, v in roles.items()}
         c0 = daemons_cpu_s(pids)
         t0 = time.monotonic()
@@ -175,7 +173,7 @@ def fs_workload(cl: Cluster, args: argparse.Namespace, mnt: Path, tree) -> dict:
         subprocess.run([str(cl.binary), "umount", str(mnt)], capture_output=True, timeout=60)
         common.wait_until(lambda: not os.path.ismount(mnt), 30, f"{mnt} unmounted")
     time.sleep(1.2)  # status.json is rewritten every second
-    ops = cl.ops_executed() - ops0
+    ops = cl.ops_completed() - ops0
     return {"cpu_s": cpu, "client_cpu_s": 0.0, "ops": ops, "wall_s": wall, **phases}
 
 

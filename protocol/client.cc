@@ -80,7 +80,8 @@ struct Client::Impl {
   // last failed read (a crashed or lying replica would otherwise make every read fall back to ordering), then
   // the primary and the replicas after it: the primary orders every write, so it is the busiest. Safety does
   // not depend on the choice (the certificate is still 2f+1 matching replies); a failed read falls back to
-  // ordering as before and moves the choice away from whoever failed it.
+  // ordering as before (after asking the replicas left out, see check()) and moves the choice away from
+  // whoever failed it.
   std::uint64_t read_only_targets() const {
     const std::uint32_t skip = opt.n - (2 * opt.f + 1);
     std::uint64_t skipped = 0;
@@ -352,21 +353,36 @@ struct Client::Impl {
         std::sort(views.begin(), views.end(), std::greater<>());
         if (try_complete(id, digest, views[opt.f])) return;
       }
-      // No digest can reach 2f+1 any more: retry through ordering now rather than at the timeout, and leave the
-      // replicas outside the largest group, when there is one, out of the next reads (one whose state differed
-      // only by a concurrent write loses nothing by it: the suspects change with the next failure).
+      // Among the replicas asked, no digest can reach 2f+1 any more (one of them is behind, or lies): ask the
+      // replicas not asked yet if they can still make 2f+1 (usually the odd one out has not executed the last
+      // write yet and answers from its committed state; one more read is far cheaper than an agreement), else
+      // retry through ordering now rather than at the timeout. Either way the replicas outside the largest
+      // group, when there is one, are left out of the next reads (one whose state differed only by a concurrent
+      // write loses nothing by it: the suspects change with the next failure).
       std::size_t silent = 0;
       for (NodeId r = 0; r < opt.n; ++r) {
         if ((p.targets & bit(r)) != 0 && p.replies.count(r) == 0) ++silent;
       }
-      if (largest + silent < quorum) {
-        std::uint64_t minority = 0;
-        for (const auto& [from, r] : p.replies) {
-          if (largest_digest != nullptr && r.result_digest != *largest_digest) minority |= bit(from);
-        }
-        if (minority != 0) read_only_suspects = minority;
-        fall_back(id);
+      if (largest + silent >= quorum) return;
+      std::uint64_t minority = 0;
+      for (const auto& [from, r] : p.replies) {
+        if (largest_digest != nullptr && r.result_digest != *largest_digest) minority |= bit(from);
       }
+      if (minority != 0) read_only_suspects = minority;
+      const std::uint64_t all = opt.n == 64 ? ~std::uint64_t{0} : bit(opt.n) - 1;
+      std::uint64_t others = all & ~p.targets;
+      for (const auto& [from, r] : p.replies) others &= ~bit(from);
+      if (others != 0 && largest + silent + static_cast<std::size_t>(std::popcount(others)) >= quorum) {
+        p.targets = all;
+        ++stats.read_only_widened;
+        Request wide = p.request;
+        wide.replier = kReplierAll;  // the designated replier may be the odd one out
+        for (NodeId r = 0; r < opt.n; ++r) {
+          if ((others & bit(r)) != 0) effects.sends.push_back(Send{r, Message{wide}});
+        }
+        return;
+      }
+      fall_back(id);
       return;
     }
     struct Tally {

@@ -340,10 +340,38 @@ TEST_CASE("client leaves a replica that failed a read-only request out of the ne
     CHECK(fx.client->stats().read_only_fallbacks == 0);
     CHECK(fx.client->take_completions().empty());  // 2 < 2f+1
     fx.reply(2, id, kLie, kReplyReadOnly, false);
-    CHECK(fx.client->stats().read_only_fallbacks == 1);  // 2 vs 1: no value can reach 2f+1
-    fx.sends();
+    // 2 vs 1 among those asked: the replica left out (the primary) is asked too, for the full result.
+    CHECK(fx.client->stats().read_only_fallbacks == 0);
+    CHECK(fx.client->stats().read_only_widened == 1);
+    auto sends = fx.sends();
+    REQUIRE(sends.size() == 1);
+    CHECK(sends[0].to == 0);
+    CHECK(Fixture::request_of(sends[0]).replier == kReplierAll);
+    fx.reply(0, id, kResult, kReplyReadOnly);
+    auto done = fx.client->take_completions();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].result == kResult);
+    CHECK(done[0].read_only);
     fx.client->submit(Bytes{8}, true);
     CHECK(destinations(fx.sends()) == std::set<NodeId>{0, 1, 3});
+  }
+  SECTION("lying, and the replica left out does not agree either: ordering") {
+    Fixture fx;
+    const std::uint64_t id = fx.client->submit(Bytes{7}, true);
+    fx.sends();
+    fx.reply(1, id, kResult, kReplyReadOnly);
+    fx.reply(2, id, kLie, kReplyReadOnly, false);
+    // 1 vs 1 and one silent cannot make 2f+1 among those asked: replica 0 is asked at once.
+    CHECK(fx.sends().size() == 1);
+    CHECK(fx.client->stats().read_only_widened == 1);
+    fx.reply(3, id, kResult, kReplyReadOnly, false);
+    CHECK(fx.client->stats().read_only_fallbacks == 0);  // 2 + replica 0 may still make it
+    fx.reply(0, id, kLie, kReplyReadOnly);
+    CHECK(fx.client->stats().read_only_fallbacks == 1);
+    CHECK(fx.client->take_completions().empty());
+    auto sends = fx.sends();
+    REQUIRE(sends.size() == 1);
+    CHECK_FALSE(Fixture::request_of(sends[0]).read_only());
   }
 }
 
