@@ -96,6 +96,16 @@ class Cluster:
             out.setdefault(role, []).append(int(f.read_text().split()[0]))
         return out
 
+    def relay_retransmissions(self) -> int:
+        return int(json.loads((self.dir / "relay.status.json").read_text())["retransmissions"])
+
+    def wal_sync_ms_max(self) -> float:
+        """The slowest log write of any replica (0 for NO-REP): a retransmission usually follows one."""
+        worst = 0.0
+        for status in self.dir.glob("r*/status.json"):
+            worst = max(worst, float(json.loads(status.read_text())["log"]["wal_sync_us_max"]) / 1e3)
+        return worst
+
     def ops_completed(self) -> int:
         """Requests the relay completed (ordered and read-only, PBFT or NO-REP alike), from its status file."""
         return int(json.loads((self.dir / "relay.status.json").read_text())["completed"])
@@ -174,7 +184,8 @@ def fs_workload(cl: Cluster, args: argparse.Namespace, mnt: Path, tree) -> dict:
         common.wait_until(lambda: not os.path.ismount(mnt), 30, f"{mnt} unmounted")
     time.sleep(1.2)  # status.json is rewritten every second
     ops = cl.ops_completed() - ops0
-    return {"cpu_s": cpu, "client_cpu_s": 0.0, "ops": ops, "wall_s": wall, **phases}
+    return {"cpu_s": cpu, "client_cpu_s": 0.0, "ops": ops, "wall_s": wall, "retransmissions": cl.relay_retransmissions(),
+            "wal_sync_ms_max": cl.wal_sync_ms_max(), **phases}
 
 
 def main() -> int:
@@ -219,7 +230,8 @@ def main() -> int:
                          loadavg=os.getloadavg()[0])
                 runs.append(r)
                 extra_txt = " ".join(f"{k}={r[k]:.2f}" for k in ("copy_s", "compile_s", "read_s", "cpu_server_s",
-                                                                   "cpu_relay_s", "cpu_mount_s") if k in r)
+                                                                   "cpu_relay_s", "cpu_mount_s", "retransmissions",
+                                                                   "wal_sync_ms_max") if k in r)
                 print(f"round {rnd} {label:>10}: cpu_s={r['cpu_s']:.2f} client_cpu_s={r['client_cpu_s']:.2f} "
                       f"ops={r['ops']} cpu_us_per_op={r['cpu_us_per_op']:.1f} wall_s={r['wall_s']:.2f} "
                       f"{'p50_us=%.0f ' % r['p50_us'] if r.get('p50_us') else ''}"
