@@ -13,6 +13,7 @@
 #include "protocol/client.h"
 
 #include <algorithm>
+#include <bit>
 #include <deque>
 #include <map>
 #include <utility>
@@ -40,6 +41,7 @@ struct Client::Impl {
     // hold; the bytes are used only when their digest is the certificate's.
     std::map<NodeId, Bytes> results;
     bool first_reported = false;  // take_first_replies() has (or had) this request's first full reply
+    std::uint64_t targets = 0;    // read-only: the replicas it was sent to (bit r = replica r)
   };
 
   Impl(const ClientOptions& o, NodeId self_, const Crypto& crypto_, std::uint64_t seed)
@@ -60,6 +62,9 @@ struct Client::Impl {
   std::int64_t rttvar8 = 0;  // its mean deviation, eighths of a tick
   std::uint64_t view = 0;
   NodeId read_only_replier = 0;  // rotates so that no one replica serves every full read-only result
+  // Replicas that failed the last read-only request that failed (silent, or in the minority): left out of the
+  // following ones (read_only_targets).
+  std::uint64_t read_only_suspects = 0;
 
   std::map<std::uint64_t, Pending> requests;  // by wire request id: queued and in flight
   std::deque<std::uint64_t> queue;            // wire ids not yet sent, increasing
@@ -72,6 +77,38 @@ struct Client::Impl {
   ClientStats stats;
 
   NodeId primary() const { return static_cast<NodeId>(view % opt.n); }
+  static std::uint64_t bit(NodeId r) { return std::uint64_t{1} << r; }
+
+  // §5.1.3 needs 2f+1 matching replies, so a read-only request goes to 2f+1 replicas, not to all n: the others
+  // would execute it and reply for nothing (replies past the certificate are dropped unread, wants_reply),
+  // which on one machine is a quarter of the replicas' work for every read. Left out are the suspects of the
+  // last failed read (a crashed or lying replica would otherwise make every read fall back to ordering), then
+  // the primary and the replicas after it: the primary orders every write, so it is the busiest. Safety does
+  // not depend on the choice (the certificate is still 2f+1 matching replies); a failed read falls back to
+  // ordering as before (after asking the replicas left out, see check()) and moves the choice away from
+  // whoever failed it.
+  std::uint64_t read_only_targets() const {
+    const std::uint32_t skip = opt.n - (2 * opt.f + 1);
+    std::uint64_t skipped = 0;
+    std::uint32_t count = 0;
+    for (NodeId r = 0; r < opt.n && count < skip; ++r) {
+      if ((read_only_suspects & bit(r)) != 0) {
+        skipped |= bit(r);
+        ++count;
+      }
+    }
+    for (NodeId i = 0; i < opt.n && count < skip; ++i) {
+      const NodeId r = static_cast<NodeId>((primary() + i) % opt.n);
+      if ((skipped & bit(r)) == 0) {
+        skipped |= bit(r);
+        ++count;
+      }
+    }
+    const std::uint64_t all = opt.n == 64 ? ~std::uint64_t{0} : bit(opt.n) - 1;
+    const std::uint64_t targets = all & ~skipped;
+    BFT_ASSERT(std::popcount(targets) == static_cast<int>(2 * opt.f + 1));
+    return targets;
+  }
 
   std::uint64_t deadline_after(std::uint32_t ticks) {
     // ±1/8 jitter: clients that lost replies at the same moment do not retransmit in lockstep.
@@ -98,14 +135,19 @@ struct Client::Impl {
     p.deadline = deadline_after(p.timeout_ticks);
     p.sent_tick = now;
     if (p.read_only) {
-      // §5.1.3: read-only requests go straight to every replica; one of them returns the full result.
+      // §5.1.3: read-only requests go straight to 2f+1 replicas (read_only_targets); one of them returns the
+      // full result.
+      p.targets = read_only_targets();
       if (opt.use_reply_digests) {
+        while ((p.targets & bit(read_only_replier)) == 0) read_only_replier = (read_only_replier + 1) % opt.n;
         p.request.replier = read_only_replier;
         read_only_replier = (read_only_replier + 1) % opt.n;
       } else {
         p.request.replier = kReplierAll;
       }
-      effects.sends.push_back(Send{kAllReplicas, Message{p.request}});
+      for (NodeId r = 0; r < opt.n; ++r) {
+        if ((p.targets & bit(r)) != 0) effects.sends.push_back(Send{r, Message{p.request}});
+      }
     } else {
       // §2.1: first to the primary only; it relays the request inside its pre-prepare.
       p.request.replier = opt.use_reply_digests ? primary() : kReplierAll;
@@ -249,6 +291,10 @@ struct Client::Impl {
     for (std::uint64_t id : expired) {
       Pending& p = requests.at(id);
       if (p.read_only) {
+        // The targets that did not answer are left out of the next reads.
+        std::uint64_t silent = p.targets;
+        for (const auto& [from, r] : p.replies) silent &= ~bit(from);
+        if (silent != 0) read_only_suspects = silent;
         fall_back(id);
       } else {
         retransmit(p);
@@ -323,16 +369,46 @@ struct Client::Impl {
       std::map<Digest, std::vector<std::uint64_t>> groups;  // digest -> views of the replies
       for (const auto& [from, r] : p.replies) groups[r.result_digest].push_back(r.view);
       std::size_t largest = 0;
+      const Digest* largest_digest = nullptr;  // null while two groups tie for the largest
       for (auto& [digest, views] : groups) {
+        if (views.size() == largest) largest_digest = nullptr;
+        if (views.size() > largest) largest_digest = &digest;
         largest = std::max(largest, views.size());
         if (views.size() < quorum) continue;
         // The (f+1)-th highest view among them is held by at least one correct replica.
         std::sort(views.begin(), views.end(), std::greater<>());
         if (try_complete(id, digest, views[opt.f])) return;
       }
-      // No digest can reach 2f+1 any more: retry through ordering now rather than at the timeout.
-      const std::size_t silent = opt.n - p.replies.size();
-      if (largest + silent < quorum) fall_back(id);
+      // Among the replicas asked, no digest can reach 2f+1 any more (one of them is behind, or lies): ask the
+      // replicas not asked yet if they can still make 2f+1 (usually the odd one out has not executed the last
+      // write yet and answers from its committed state; one more read is far cheaper than an agreement), else
+      // retry through ordering now rather than at the timeout. Either way the replicas outside the largest
+      // group, when there is one, are left out of the next reads (one whose state differed only by a concurrent
+      // write loses nothing by it: the suspects change with the next failure).
+      std::size_t silent = 0;
+      for (NodeId r = 0; r < opt.n; ++r) {
+        if ((p.targets & bit(r)) != 0 && p.replies.count(r) == 0) ++silent;
+      }
+      if (largest + silent >= quorum) return;
+      std::uint64_t minority = 0;
+      for (const auto& [from, r] : p.replies) {
+        if (largest_digest != nullptr && r.result_digest != *largest_digest) minority |= bit(from);
+      }
+      if (minority != 0) read_only_suspects = minority;
+      const std::uint64_t all = opt.n == 64 ? ~std::uint64_t{0} : bit(opt.n) - 1;
+      std::uint64_t others = all & ~p.targets;
+      for (const auto& [from, r] : p.replies) others &= ~bit(from);
+      if (others != 0 && largest + silent + static_cast<std::size_t>(std::popcount(others)) >= quorum) {
+        p.targets = all;
+        ++stats.read_only_widened;
+        Request wide = p.request;
+        wide.replier = kReplierAll;  // the designated replier may be the odd one out
+        for (NodeId r = 0; r < opt.n; ++r) {
+          if ((others & bit(r)) != 0) effects.sends.push_back(Send{r, Message{wide}});
+        }
+        return;
+      }
+      fall_back(id);
       return;
     }
     struct Tally {

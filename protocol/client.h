@@ -4,8 +4,10 @@
 // Acceptance rules:
 //   - ordered request: f+1 matching replies that are not tentative (same view, request id, result digest), or
 //     2f+1 matching replies when any of them is tentative (TOCS §5.1.2);
-//   - read-only request: 2f+1 matching read-only replies (§5.1.3); on a mismatch or a timeout the request is
-//     re-sent as an ordered request with the same operation and a new request id;
+//   - read-only request: 2f+1 matching read-only replies (§5.1.3), asked of 2f+1 replicas only (not the
+//     primary, nor the replicas that failed the last failed read); on a mismatch the others are asked too,
+//     and when 2f+1 cannot match any more, or on a timeout, the request is re-sent as an ordered request with
+//     the same operation and a new request id;
 //   - reply digests (§5.1.1): one designated replier sends the full result, the others its digest; the result is
 //     accepted when a full result whose digest matches the certificate is held; if the replier is silent, the
 //     retransmission asks every replica for the full result (replier = kReplierAll).
@@ -70,6 +72,7 @@ struct ClientStats {
   std::uint64_t completed = 0;
   std::uint64_t retransmissions = 0;
   std::uint64_t read_only_fallbacks = 0;
+  std::uint64_t read_only_widened = 0;  // read-only requests also sent to the replicas first left out
   std::uint64_t replies_rejected = 0;  // wrong client, unknown request, result not matching its digest
   std::uint64_t first_replies = 0;
 };

@@ -116,6 +116,11 @@ class Replica {
   std::uint64_t last_executed() const;
   std::uint64_t last_committed() const;
   std::uint64_t stable_checkpoint() const;
+  // True when no timer but the periodic STATUS runs and nothing waits: no request queued, nothing ordered,
+  // executed or fetched that is not committed, no view change. Until the next message, on_tick does nothing
+  // but count towards the next STATUS, so a driver may deliver its ticks late, in one catch-up (the runtime
+  // slows its tick timer to the status interval then).
+  bool idle() const;
   const ReplicaStats& stats() const;
   // Committed batches in order since construction or recovery, for the simulator's agreement check; the
   // history is trimmed by the caller with trim_history().

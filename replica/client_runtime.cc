@@ -129,8 +129,7 @@ std::string ClientLink::create(event_base* base, const std::string& config_path,
   // The core counts 1 ms ticks; on_timer() delivers every elapsed one, so the timer itself may be coarser.
   // 5 ms keeps retransmission timing (100 ms and up) accurate while a process running many clients (the
   // closed-loop benchmark) does not wake up 1000 times a second per client.
-  const timeval tick{0, 5000};
-  BFT_ASSERT(event_add(c->tick_ev_.get(), &tick) == 0);
+  c->arm(kTickMs);
   c->last_tick_ns_ = clock_ns(CLOCK_MONOTONIC);
   out = std::move(c);
   return "";
@@ -152,14 +151,36 @@ std::uint64_t ClientLink::seed() const {
   return seed;
 }
 
+void ClientLink::arm(std::uint32_t ms) {
+  const timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+  BFT_ASSERT(event_add(tick_ev_.get(), &tv) == 0);
+}
+
 // One core tick per elapsed millisecond even when the timer fires late (as ReplicaRuntime does), so the
 // retransmission timeout means what ClientOptions says.
-void ClientLink::on_timer() {
+void ClientLink::deliver_ticks() {
   const std::uint64_t now = clock_ns(CLOCK_MONOTONIC);
   const std::uint64_t due = (now - last_tick_ns_) / 1000000ull;
   if (due == 0) return;
   last_tick_ns_ += due * 1000000ull;
   on_ticks_(std::min<std::uint64_t>(due, 100));
+}
+
+// An idle client (a relay between two file operations, the gaps of a compile) would otherwise wake 200 times
+// a second for nothing on a machine where every wake-up is taken from the replicas and the compiler.
+void ClientLink::on_timer() {
+  deliver_ticks();
+  if (!slow_ && idle_ && idle_()) {
+    slow_ = true;
+    arm(kIdleTickMs);
+  }
+}
+
+void ClientLink::wake() {
+  if (!slow_) return;
+  deliver_ticks();
+  slow_ = false;
+  arm(kTickMs);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -193,6 +214,7 @@ std::string ClientRuntime::create(event_base* base, const std::string& config_pa
   options.f = c->link_->config().f;
   BFT_ASSERT(options.first_request_id > kHelloRequestId);
   c->core_ = std::make_unique<Client>(options, id, c->link_->crypto(), c->link_->seed());
+  c->link_->set_idle([raw] { return raw->core_->in_flight() == 0; });
   out = std::move(c);
   return "";
 }
@@ -225,6 +247,7 @@ void ClientRuntime::drain() {
 }
 
 std::uint64_t ClientRuntime::submit(Bytes op, bool read_only, Callback done) {
+  link_->wake();
   const std::uint64_t rid = core_->submit(std::move(op), read_only);
   callbacks_[rid] = std::move(done);
   drain();

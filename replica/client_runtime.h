@@ -67,6 +67,14 @@ class ClientLink {
 
   NodeId id() const { return id_; }
   const ClusterConfig& config() const { return config_; }
+  // Idle pacing: while `idle()` is true (nothing in flight: the core's ticks only count time) the tick timer
+  // wakes every kIdleTickMs instead of every 5 ms; wake() must then be called before anything is submitted,
+  // so that the ticks that elapsed reach the core first and its retransmission deadlines start from the right
+  // time. Without set_idle the timer always runs at 5 ms.
+  void set_idle(std::function<bool()> idle) { idle_ = std::move(idle); }
+  void wake();
+  static constexpr std::uint32_t kTickMs = 5;
+  static constexpr std::uint32_t kIdleTickMs = 50;
   const Crypto& crypto() const { return *crypto_; }
   Transport& transport() { return *transport_; }
   // A seed for the core's PRNG (retransmission jitter): from getrandom, else the clock and the id.
@@ -84,6 +92,10 @@ class ClientLink {
   EventPtr tick_ev_;
   std::uint64_t last_tick_ns_ = 0;
   OnTicks on_ticks_;
+  std::function<bool()> idle_;
+  bool slow_ = false;  // the tick timer runs at kIdleTickMs
+  void deliver_ticks();
+  void arm(std::uint32_t ms);
 };
 
 class ClientRuntime final : public SubmitClient {

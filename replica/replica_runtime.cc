@@ -349,8 +349,25 @@ struct ReplicaRuntime::Impl {
   }
 
   void on_message(NodeId from, Message&& m) {
+    // With the slow idle timer (pace_ticks), the ticks that elapsed go in first, exactly as the fast timer
+    // would have delivered them before this message: a timer the message starts runs its full length.
+    if (ticks_slow) on_tick();
     replica->on_message(from, m);
     collect();
+  }
+
+  // The tick timer wakes every kTickTimerPeriods ticks while the core has something timed to do, and only every
+  // status interval while it is idle (Replica::idle: then a tick only counts towards the next STATUS), which
+  // saves most of an idle replica's wake-ups; on_tick delivers every elapsed tick either way.
+  bool ticks_slow = false;
+  void pace_ticks() {
+    const bool slow = replica->idle();
+    if (slow == ticks_slow) return;
+    ticks_slow = slow;
+    const std::uint64_t periods =
+        slow ? std::min<std::uint64_t>(options.core.status_interval_ticks, kTickCatchUpMax) : kTickTimerPeriods;
+    const timeval tv = ms_to_tv(static_cast<std::uint32_t>(options.tick_ms * periods));
+    BFT_ASSERT(event_add(tick_ev.get(), &tv) == 0);
   }
 
   // The core's timeouts count ticks of tick_ms. The timer may fire late (this machine's timers have a
@@ -599,6 +616,7 @@ void ReplicaRuntime::run() {
   while (!m.stopper->requested()) {
     if (event_base_loop(m.base.get(), EVLOOP_ONCE) < 0) break;
     m.flush();
+    m.pace_ticks();
   }
   m.flush();
   m.sync_all();

@@ -28,6 +28,7 @@ std::string SpecClientRuntime::create(event_base* base, const std::string& confi
   options.client.f = c->link_->config().f;
   BFT_ASSERT(options.client.first_request_id > kHelloRequestId);
   c->core_ = std::make_unique<SpecClient>(options, id, c->link_->crypto(), c->link_->seed());
+  c->link_->set_idle([raw] { return raw->core_->in_flight() == 0; });
   out = std::move(c);
   return "";
 }
@@ -64,6 +65,7 @@ void SpecClientRuntime::drain() {
 
 std::uint64_t SpecClientRuntime::submit(Bytes op, std::span<const SpecDependency> depends_on, bool read_only,
                                         Callback cb) {
+  link_->wake();  // idle pacing (ClientLink::set_idle): elapsed ticks first
   const std::uint64_t id = core_->submit(std::move(op), depends_on, read_only);
   callbacks_[id] = std::move(cb);
   drain();

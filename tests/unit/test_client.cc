@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "common/crypto.h"
@@ -273,33 +274,105 @@ TEST_CASE("client pipelines up to its window and queues the rest in id order") {
   CHECK(fx.client->in_flight() == 0);
 }
 
-TEST_CASE("client sends read-only requests to every replica and accepts 2f+1 matching") {
+namespace {
+// The replicas a batch of sends of one request went to.
+std::set<NodeId> destinations(const std::vector<Send>& sends) {
+  std::set<NodeId> to;
+  for (const Send& s : sends) to.insert(s.to);
+  return to;
+}
+}  // namespace
+
+TEST_CASE("client sends read-only requests to 2f+1 replicas other than the primary and accepts 2f+1 matching") {
   Fixture fx;
   const std::uint64_t id = fx.client->submit(Bytes{7}, /*read_only=*/true);
   auto sends = fx.sends();
-  REQUIRE(sends.size() == 1);
-  CHECK(sends[0].to == kAllReplicas);
+  REQUIRE(sends.size() == 2 * kF + 1);
+  CHECK(destinations(sends) == std::set<NodeId>{1, 2, 3});  // view 0: replica 0, the primary, is left out
   const Request r = Fixture::request_of(sends[0]);  // a copy: `sends` is reused below
+  for (const Send& s : sends) CHECK(Fixture::request_of(s) == r);
   CHECK(r.read_only());
+  CHECK(r.replier >= 1);  // the designated replier is one of the replicas asked
   CHECK(r.replier < kN);
-  fx.reply(r.replier, id, kResult, kReplyReadOnly, true);
-  fx.reply((r.replier + 1) % kN, id, kResult, kReplyReadOnly, false);
+  const NodeId a = r.replier;
+  const NodeId b = a % 3 + 1;
+  const NodeId c = b % 3 + 1;
+  fx.reply(a, id, kResult, kReplyReadOnly, true);
+  fx.reply(b, id, kResult, kReplyReadOnly, false);
   CHECK(fx.client->take_completions().empty());  // f+1 is not enough for a read
   // An ordered-style reply to a read-only request is not a vote.
-  fx.reply((r.replier + 2) % kN, id, kResult, 0, false);
+  fx.reply(c, id, kResult, 0, false);
   CHECK(fx.client->stats().replies_rejected == 1);
   CHECK(fx.client->take_completions().empty());
-  fx.reply((r.replier + 2) % kN, id, kResult, kReplyReadOnly, false);
+  fx.reply(c, id, kResult, kReplyReadOnly, false);
   auto done = fx.client->take_completions();
   REQUIRE(done.size() == 1);
   CHECK(done[0].request_id == id);
   CHECK(done[0].read_only);
   CHECK(done[0].result == kResult);
-  // The next read-only request designates another replier.
+  // The next read-only request designates another replier, again among the replicas asked.
   fx.client->submit(Bytes{7}, true);
   sends = fx.sends();
-  REQUIRE(sends.size() == 1);
+  REQUIRE(sends.size() == 2 * kF + 1);
   CHECK(Fixture::request_of(sends[0]).replier != r.replier);
+  CHECK(destinations(sends).count(Fixture::request_of(sends[0]).replier) == 1);
+}
+
+TEST_CASE("client leaves a replica that failed a read-only request out of the next ones") {
+  SECTION("silent: the read times out") {
+    Fixture fx;
+    const std::uint64_t id = fx.client->submit(Bytes{7}, true);
+    CHECK(destinations(fx.sends()) == std::set<NodeId>{1, 2, 3});
+    fx.reply(1, id, kResult, kReplyReadOnly);
+    fx.reply(3, id, kResult, kReplyReadOnly, false);
+    for (int t = 0; t < 200 && fx.client->stats().read_only_fallbacks == 0; ++t) fx.client->on_tick();
+    CHECK(fx.client->stats().read_only_fallbacks == 1);
+    fx.sends();  // the ordered fallback
+    fx.client->submit(Bytes{8}, true);
+    CHECK(destinations(fx.sends()) == std::set<NodeId>{0, 1, 3});  // replica 2 was silent
+  }
+  SECTION("lying: its reply is in the minority") {
+    Fixture fx;
+    const std::uint64_t id = fx.client->submit(Bytes{7}, true);
+    fx.sends();
+    fx.reply(1, id, kResult, kReplyReadOnly);
+    fx.reply(3, id, kResult, kReplyReadOnly, false);
+    CHECK(fx.client->stats().read_only_fallbacks == 0);
+    CHECK(fx.client->take_completions().empty());  // 2 < 2f+1
+    fx.reply(2, id, kLie, kReplyReadOnly, false);
+    // 2 vs 1 among those asked: the replica left out (the primary) is asked too, for the full result.
+    CHECK(fx.client->stats().read_only_fallbacks == 0);
+    CHECK(fx.client->stats().read_only_widened == 1);
+    auto sends = fx.sends();
+    REQUIRE(sends.size() == 1);
+    CHECK(sends[0].to == 0);
+    CHECK(Fixture::request_of(sends[0]).replier == kReplierAll);
+    fx.reply(0, id, kResult, kReplyReadOnly);
+    auto done = fx.client->take_completions();
+    REQUIRE(done.size() == 1);
+    CHECK(done[0].result == kResult);
+    CHECK(done[0].read_only);
+    fx.client->submit(Bytes{8}, true);
+    CHECK(destinations(fx.sends()) == std::set<NodeId>{0, 1, 3});
+  }
+  SECTION("lying, and the replica left out does not agree either: ordering") {
+    Fixture fx;
+    const std::uint64_t id = fx.client->submit(Bytes{7}, true);
+    fx.sends();
+    fx.reply(1, id, kResult, kReplyReadOnly);
+    fx.reply(2, id, kLie, kReplyReadOnly, false);
+    // 1 vs 1 and one silent cannot make 2f+1 among those asked: replica 0 is asked at once.
+    CHECK(fx.sends().size() == 1);
+    CHECK(fx.client->stats().read_only_widened == 1);
+    fx.reply(3, id, kResult, kReplyReadOnly, false);
+    CHECK(fx.client->stats().read_only_fallbacks == 0);  // 2 + replica 0 may still make it
+    fx.reply(0, id, kLie, kReplyReadOnly);
+    CHECK(fx.client->stats().read_only_fallbacks == 1);
+    CHECK(fx.client->take_completions().empty());
+    auto sends = fx.sends();
+    REQUIRE(sends.size() == 1);
+    CHECK_FALSE(Fixture::request_of(sends[0]).read_only());
+  }
 }
 
 TEST_CASE("client falls back to an ordered request when read-only replies disagree") {
@@ -342,7 +415,7 @@ TEST_CASE("client falls back to an ordered request when a read-only request time
   Fixture fx(o);
   const std::uint64_t ro = fx.client->submit(Bytes{7}, true);
   const std::uint64_t next = fx.client->submit(Bytes{8});  // queued behind it
-  CHECK(fx.sends().size() == 1);
+  CHECK(fx.sends().size() == 2 * kF + 1);
   fx.reply(0, ro, kResult, kReplyReadOnly);
   for (int t = 0; t < 200 && fx.client->stats().read_only_fallbacks == 0; ++t) fx.client->on_tick();
   CHECK(fx.client->stats().read_only_fallbacks == 1);

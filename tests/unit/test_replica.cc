@@ -1031,3 +1031,55 @@ TEST_CASE("a read-only request is answered only after its client's previous orde
   REQUIRE(c.tick_until([&] { return c.accepted(client, 2).has_value(); }, 500));
   CHECK(counter_of(c.accepted(client, 2)).value == 1);  // the read sees the write issued before it
 }
+
+// ---- STATUS only when it helps, and Replica::idle (the runtime's tick pacing) ----
+
+TEST_CASE("an idle replica sends STATUS only as a heartbeat, every 10th status interval", "[replica][status]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  c.do_increment(c.client_ids[0]);
+  c.tick(c.opt.status_interval_ticks * 2);  // settle: every replica has heard every other's position
+  for (NodeId i = 0; i < c.n; i++) CHECK(c.r(i).idle());
+  c.delivered.clear();
+  c.tick(c.opt.status_interval_ticks * 20);
+  // 20 intervals, a heartbeat every 10: two STATUS per replica to each of its 3 peers, no more.
+  for (NodeId i = 0; i < c.n; i++) {
+    CHECK(c.count_delivered([&](const Envelope& e) { return e.from == i && is<Status>(e); }) == 2 * (c.n - 1));
+  }
+  CHECK(quiet.new_errors() == 0);
+}
+
+TEST_CASE("a replica waiting for a request without progress sends STATUS every interval", "[replica][status]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  c.do_increment(c.client_ids[0]);
+  c.tick(c.opt.status_interval_ticks * 2);
+  // Replica 3 hears of a request the primary never gets: it waits (and its view-change timer runs).
+  c.drop = [](const Envelope& e) { return e.to == 0 && is<Request>(e); };
+  const Request req = c.increment(c.client_ids[0]);
+  c.send(req, 3);
+  c.run();
+  CHECK_FALSE(c.r(3).idle());
+  c.delivered.clear();
+  c.tick(c.opt.status_interval_ticks * 3);
+  CHECK(c.count_delivered([](const Envelope& e) { return e.from == 3 && is<Status>(e); }) >= 2 * (c.n - 1));
+  CHECK(quiet.new_errors() == 0);
+}
+
+TEST_CASE("a replica that missed batches learns it from the answer to its STATUS and catches up",
+          "[replica][status]") {
+  LogQuiet quiet;
+  Cluster c(small_options());
+  // Replica 3 misses everything about the second increment but STATUS frames.
+  c.do_increment(c.client_ids[0]);
+  c.drop = [](const Envelope& e) { return e.to == 3 && !is<Status>(e); };
+  c.do_increment(c.client_ids[0]);
+  c.drop = nullptr;
+  CHECK(c.r(3).last_committed() + 1 == c.r(0).last_committed());
+  // Its heartbeat reaches the others, who answer with their position; then it asks until it has caught up.
+  REQUIRE(c.tick_until([&] { return c.r(3).last_committed() == c.r(0).last_committed(); },
+                       c.opt.status_interval_ticks * 30));
+  CHECK(c.r(3).last_executed() == c.r(0).last_executed());
+  require_agreement(c, {0, 1, 2, 3});
+  CHECK(quiet.new_errors() == 0);
+}
