@@ -14,6 +14,7 @@
 #include <ctime>
 #include <optional>
 #include <string>
+#include <thread>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "replica/status_file.h"
 #include "services/fs/fs_service.h"
 
 namespace bftfs::client {
@@ -233,6 +235,7 @@ struct Waiter {
 
 struct FuseClient::Impl {
   MountOptions opt;
+  ClientCounters stats;
   NodeTable table{kRootHandle};
   Backend* backend = nullptr;
   fuse_session* se = nullptr;
@@ -293,6 +296,7 @@ struct FuseClient::Impl {
     out.seq = next_seq.fetch_add(1);
     SubmitOptions so;
     so.read_only = read_only;
+    ++(read_only ? stats.requests_read_only : stats.requests_ordered);
     Callbacks cb;
     cb.on_final = [w](Final f) {
       {
@@ -396,6 +400,7 @@ struct FuseClient::Impl {
     op.name = name;
     InterruptScope scope(req, table);
     CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err == ENOENT) ++stats.lookups_enoent;
     if (r.err == ENOENT && opt.negative_timeout_s > 0) {
       fuse_entry_param e{};
       e.ino = 0;
@@ -941,6 +946,7 @@ struct FuseClient::Impl {
         if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
         t->write_finished(id, offset, n, static_cast<std::uint32_t>(out.err), attr, seq);
       };
+      ++stats.requests_ordered;
       (void)backend->submit(single(std::move(op)), SubmitOptions{}, std::move(cb));
       done += n;
     } while (done < size);
@@ -1105,7 +1111,10 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->max_readahead = static_cast<unsigned>(fs::kIoBytesMax);
 }
 
-void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) { impl_of(req)->lookup(req, parent, name); }
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ++impl_of(req)->stats.fuse_lookup;
+  impl_of(req)->lookup(req, parent, name);
+}
 void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
   impl_of(req)->forget(ino, n);
   freply_none(req);
@@ -1114,54 +1123,101 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* f) {
   for (size_t i = 0; i < count; ++i) impl_of(req)->forget(f[i].ino, f[i].nlookup);
   freply_none(req);
 }
-void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { impl_of(req)->getattr(req, ino); }
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_getattr;
+  impl_of(req)->getattr(req, ino);
+}
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_setattr;
   impl_of(req)->setattr(req, ino, attr, to_set);
 }
-void op_readlink(fuse_req_t req, fuse_ino_t ino) { impl_of(req)->readlink(req, ino); }
+void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+  ++impl_of(req)->stats.fuse_other;
+  impl_of(req)->readlink(req, ino);
+}
 void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->mknod(req, parent, name, mode, rdev);
 }
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->mkdir(req, parent, name, mode);
 }
-void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) { impl_of(req)->unlink(req, parent, name); }
-void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { impl_of(req)->rmdir(req, parent, name); }
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ++impl_of(req)->stats.fuse_namespace;
+  impl_of(req)->unlink(req, parent, name);
+}
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ++impl_of(req)->stats.fuse_namespace;
+  impl_of(req)->rmdir(req, parent, name);
+}
 void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->symlink(req, link, parent, name);
 }
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
                unsigned int flags) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->rename(req, parent, name, newparent, newname, flags);
 }
 void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->link(req, ino, newparent, newname);
 }
-void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->open(req, ino, fi); }
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_open;
+  impl_of(req)->open(req, ino, fi);
+}
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_read;
   impl_of(req)->read(req, ino, size, off, fi);
 }
 void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_write;
   impl_of(req)->write(req, ino, buf, size, off, fi);
 }
-void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->flush(req, ino, fi); }
-void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->release(req, ino, fi); }
-void op_fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
-void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->opendir(req, ino, fi); }
+void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_flush;
+  impl_of(req)->flush(req, ino, fi);
+}
+void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_release;
+  impl_of(req)->release(req, ino, fi);
+}
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_fsync;
+  impl_of(req)->fsync(req, ino);
+}
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_other;
+  impl_of(req)->opendir(req, ino, fi);
+}
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_readdir;
   impl_of(req)->readdir(req, ino, size, off, false);
 }
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_readdir;
   impl_of(req)->readdir(req, ino, size, off, true);
 }
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   (void)impl_of(req)->table.released(ino);
   freply_err(req, 0);
 }
-void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
-void op_statfs(fuse_req_t req, fuse_ino_t) { impl_of(req)->statfs(req); }
-void op_access(fuse_req_t req, fuse_ino_t ino, int mask) { impl_of(req)->access(req, ino, mask); }
+void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_fsync;
+  impl_of(req)->fsync(req, ino);
+}
+void op_statfs(fuse_req_t req, fuse_ino_t) {
+  ++impl_of(req)->stats.fuse_other;
+  impl_of(req)->statfs(req);
+}
+void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  ++impl_of(req)->stats.fuse_other;
+  impl_of(req)->access(req, ino, mask);
+}
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_create;
   impl_of(req)->create(req, parent, name, mode, fi);
 }
 
@@ -1235,8 +1291,84 @@ std::string FuseClient::mount(const std::string& mountpoint, const std::string& 
   return "";
 }
 
+std::string ClientCounters::json() const {
+  JsonObject j;
+  j.add("pid", static_cast<std::uint64_t>(::getpid()))
+      .add("fuse_lookup", fuse_lookup.load())
+      .add("fuse_getattr", fuse_getattr.load())
+      .add("fuse_setattr", fuse_setattr.load())
+      .add("fuse_open", fuse_open.load())
+      .add("fuse_create", fuse_create.load())
+      .add("fuse_read", fuse_read.load())
+      .add("fuse_write", fuse_write.load())
+      .add("fuse_flush", fuse_flush.load())
+      .add("fuse_release", fuse_release.load())
+      .add("fuse_fsync", fuse_fsync.load())
+      .add("fuse_readdir", fuse_readdir.load())
+      .add("fuse_namespace", fuse_namespace.load())
+      .add("fuse_other", fuse_other.load())
+      .add("requests_read_only", requests_read_only.load())
+      .add("requests_ordered", requests_ordered.load())
+      .add("lookups_enoent", lookups_enoent.load())
+      .add("getattr_cache_hits", getattr_cache_hits.load())
+      .add("getattr_cache_misses", getattr_cache_misses.load())
+      .add("open_prefetches", open_prefetches.load())
+      .add("read_prefetch_hits", read_prefetch_hits.load())
+      .add("writes_coalesced", writes_coalesced.load());
+  return j.str() + "\n";
+}
+
+const ClientCounters& FuseClient::counters() const { return impl_->stats; }
+
+namespace {
+
+// Rewrites `path` with the counters every second until stopped, and once more at the end (RAII).
+class StatusWriter {
+ public:
+  StatusWriter(const std::string& path, const ClientCounters& c) : path_(path), c_(c) {
+    if (!path_.empty()) thread_ = std::thread([this] { loop(); });
+  }
+  ~StatusWriter() {
+    if (path_.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    write();
+  }
+  StatusWriter(const StatusWriter&) = delete;
+  StatusWriter& operator=(const StatusWriter&) = delete;
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      write();
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
+    }
+  }
+  void write() {
+    if (std::string err = write_file_atomically(path_, c_.json()); !err.empty()) {
+      LOG_WARN("", "client: status file: %s", err.c_str());
+    }
+  }
+  const std::string path_;
+  const ClientCounters& c_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 int FuseClient::serve(Backend& backend) {
   BFT_ASSERT(impl_->se != nullptr);
+  StatusWriter status(impl_->opt.status_path, impl_->stats);
   impl_->backend = &backend;
   if (fuse_set_signal_handlers(impl_->se) != 0) return -1;
   fuse_loop_config* cfg = fuse_loop_cfg_create();
