@@ -45,7 +45,7 @@ const char* const kMountUsage =
     "  -o OPTS                extra FUSE mount options (comma list)\n"
     "  --attr-timeout S       seconds the kernel caches attributes (default 1)\n"
     "  --entry-timeout S      seconds the kernel caches names (default 1)\n"
-    "  --negative-timeout S   seconds the kernel caches \"no such name\" (default 0)\n"
+    "  --negative-timeout S   seconds the kernel caches \"no such name\" (default 1)\n"
     "  --no-default-permissions  let the service alone decide permissions (access() and open() ask it)\n"
     "  --log FILE             append the daemon's log to FILE (default: stderr while in the foreground)\n"
     "  --status FILE          write the mount's counters (FUSE requests, requests sent, cache hits) to FILE\n"

@@ -297,6 +297,7 @@ struct FuseClient::Impl {
     SubmitOptions so;
     so.read_only = read_only;
     ++(read_only ? stats.requests_read_only : stats.requests_ordered);
+    if (!read_only) raise_attr_barrier(out.seq);
     Callbacks cb;
     cb.on_final = [w](Final f) {
       {
@@ -315,12 +316,26 @@ struct FuseClient::Impl {
         lock.unlock();
         if (scope != nullptr) scope->set_wakeup(nullptr, nullptr);
         backend->cancel(tag);
+        // A mutation that may still execute at any later time: the attribute cache can no longer tell which
+        // attributes predate it, so it stops answering for the rest of this mount's life (rare: an interrupt).
+        if (!read_only) attr_barrier.store(UINT64_MAX);
         out.err = EINTR;
         return out;
       }
     }
     if (scope != nullptr) scope->set_wakeup(nullptr, nullptr);
+    // Every request submitted from now on is ordered after this mutation (or, read-only, runs on a state
+    // that includes it).
+    if (!read_only) raise_attr_barrier(next_seq.load());
     return interpret(std::move(w->fin), out);
+  }
+
+  // Attributes from requests numbered below the barrier are not answered from the attribute cache.
+  std::atomic<std::uint64_t> attr_barrier{0};
+  void raise_attr_barrier(std::uint64_t to) {
+    std::uint64_t cur = attr_barrier.load();
+    while (cur < to && !attr_barrier.compare_exchange_weak(cur, to)) {
+    }
   }
 
   static CallResult interpret(Final fin, CallResult out) {
@@ -423,6 +438,23 @@ struct FuseClient::Impl {
     if (s->has_pending && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
       return (void)freply_err(req, EINTR);
     }
+    // The attribute cache (docs/CLIENT.md "Caching"): attributes that a final result brought less than
+    // attr_timeout ago -- a write's, a read's, a lookup's -- answer for the rest of that time, as the kernel's
+    // own cache would have if it had not dropped them (it drops them after every write: the size and times
+    // changed; the write's result carries the new ones). open() never uses this cache (close-to-open).
+    // A mutation of this client other than a write (create, unlink, rename, link, setattr...) may change
+    // attributes the cache holds (a parent's mtime, a target's nlink): attributes from requests submitted
+    // before it completed are not used (attr_barrier).
+    if (const auto now = table.snapshot(id);
+        now && !now->has_pending && opt.attr_timeout_s > 0 && now->attr_seq >= attr_barrier.load()) {
+      const double age_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - now->attr_time).count();
+      if (age_s >= 0 && age_s < opt.attr_timeout_s) {
+        ++stats.getattr_cache_hits;
+        const struct stat st = to_stat(now->attr);
+        return (void)freply_attr(req, &st, opt.attr_timeout_s - age_s);
+      }
+    }
+    ++stats.getattr_cache_misses;
     fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
     op.handle = s->handle;
     CallResult r = call(&scope, single(std::move(op)), true);
@@ -926,7 +958,6 @@ struct FuseClient::Impl {
     // One WRITE op of at most 512 KiB per request: a PBFT operation is at most 1 MiB including the shim's
     // envelope, so two maximal ops would not fit. The requests execute in submission order, so a large
     // write() is applied in order, like NFS WRITEs of wsize each (not atomic against other clients').
-    NodeTable* t = &table;
     size_t done = 0;
     do {
       const size_t n = std::min<size_t>(fs::kIoBytesMax, size - done);
@@ -936,21 +967,105 @@ struct FuseClient::Impl {
       op.offset = append ? 0 : static_cast<std::uint64_t>(off) + done;
       op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
                      reinterpret_cast<const std::uint8_t*>(buf) + done + n);
-      const std::uint64_t seq = next_seq.fetch_add(1);
-      const std::uint64_t offset = op.offset;
-      table.write_submitted(id, offset, n, append);
-      Callbacks cb;
-      cb.on_final = [t, id, offset, n, seq](Final f) {
-        CallResult out = interpret(std::move(f), CallResult{});
-        std::optional<fs::Attr> attr;
-        if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
-        t->write_finished(id, offset, n, static_cast<std::uint32_t>(out.err), attr, seq);
-      };
-      ++stats.requests_ordered;
-      (void)backend->submit(single(std::move(op)), SubmitOptions{}, std::move(cb));
+      table.write_submitted(id, op.offset, n, append);
+      queue_write(id, std::move(op));
       done += n;
     } while (done < size);
     freply_write(req, size);
+  }
+
+  // ---- write coalescing ----
+  // While a WRITE request of a node is in flight, the node's further writes are staged, and go out together
+  // as one request when it completes (or when the staged ops reach kIoBytesMax): Nagle's rule, without a
+  // timer. A writer of many small pieces (as, ar, ld write an object file in dozens of small writes) then
+  // costs a few ordered requests per file instead of one per write(), and a single write still goes out at
+  // once. Contiguous pieces merge into one WRITE op; others become further ops of the same compound request,
+  // which the service executes in order, all or nothing (docs/FILESERVICE.md §1): the same effect as sending
+  // them one by one in that order. Every piece stays in the node table's overlay (write_submitted) until its
+  // request is final, so flush, fsync, read and getattr wait for staged pieces as for any write in flight.
+  struct WritePiece {
+    std::uint64_t offset = 0;
+    std::uint64_t len = 0;
+  };
+  struct StagedRequest {
+    fs::Request request;
+    std::vector<WritePiece> pieces;
+    std::size_t bytes = 0;
+  };
+  struct WriteQueue {
+    std::uint32_t in_flight = 0;          // this node's WRITE requests submitted and not yet final
+    std::optional<StagedRequest> staged;  // only while in_flight > 0
+  };
+  std::mutex wq_mu;
+  std::unordered_map<FuseIno, WriteQueue> write_queues;
+  static constexpr std::size_t kCoalesceOpsMax = 32;  // ops per coalesced request (the wire allows 64)
+
+  void queue_write(FuseIno id, fs::Op op) {
+    const WritePiece piece{op.offset, op.data.size()};
+    std::lock_guard<std::mutex> lock(wq_mu);
+    WriteQueue& q = write_queues[id];
+    if (q.in_flight == 0) {
+      BFT_ASSERT(!q.staged.has_value());
+      StagedRequest one;
+      one.bytes = op.data.size();
+      one.request.ops.push_back(std::move(op));
+      one.pieces.push_back(piece);
+      return submit_writes(id, q, std::move(one));
+    }
+    if (q.staged.has_value() && (q.staged->bytes + op.data.size() > fs::kIoBytesMax ||
+                                 q.staged->request.ops.size() >= kCoalesceOpsMax)) {
+      StagedRequest full = std::move(*q.staged);
+      q.staged.reset();
+      submit_writes(id, q, std::move(full));
+    }
+    if (!q.staged.has_value()) q.staged.emplace();
+    StagedRequest& st = *q.staged;
+    ++stats.writes_coalesced;
+    st.bytes += op.data.size();
+    st.pieces.push_back(piece);
+    fs::Op* last = st.request.ops.empty() ? nullptr : &st.request.ops.back();
+    if (last != nullptr && !op.append && !last->append && last->offset + last->data.size() == op.offset &&
+        last->cred == op.cred) {
+      last->data.insert(last->data.end(), op.data.begin(), op.data.end());  // contiguous: one op
+    } else {
+      st.request.ops.push_back(std::move(op));
+    }
+  }
+
+  // Submits `r` for node `id`. Called with wq_mu held (submit only queues; callbacks run on another thread).
+  void submit_writes(FuseIno id, WriteQueue& q, StagedRequest r) {
+    ++q.in_flight;
+    const std::uint64_t seq = next_seq.fetch_add(1);
+    Callbacks cb;
+    cb.on_final = [this, id, pieces = std::move(r.pieces), seq](Final f) {
+      CallResult out = interpret(std::move(f), CallResult{});
+      std::optional<fs::Attr> attr;
+      if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
+      // The next staged request goes out before this one's pieces leave the overlay, so a waiter woken by
+      // write_finished never sees "nothing in flight" while staged pieces remain.
+      on_write_request_done(id);
+      for (const WritePiece& p : pieces) {
+        table.write_finished(id, p.offset, p.len, static_cast<std::uint32_t>(out.err), attr, seq);
+      }
+    };
+    ++stats.requests_ordered;
+    (void)backend->submit(r.request, SubmitOptions{}, std::move(cb));
+  }
+
+  void on_write_request_done(FuseIno id) {
+    std::lock_guard<std::mutex> lock(wq_mu);
+    auto it = write_queues.find(id);
+    BFT_ASSERT(it != write_queues.end());
+    WriteQueue& q = it->second;
+    BFT_ASSERT(q.in_flight > 0);
+    --q.in_flight;
+    if (q.staged.has_value()) {
+      StagedRequest next = std::move(*q.staged);
+      q.staged.reset();
+      submit_writes(id, q, std::move(next));
+    } else if (q.in_flight == 0) {
+      write_queues.erase(it);
+    }
   }
 
   void flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {

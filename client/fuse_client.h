@@ -34,7 +34,7 @@ namespace bftfs::client {
 struct MountOptions {
   double attr_timeout_s = 1.0;
   double entry_timeout_s = 1.0;
-  double negative_timeout_s = 0.0;  // no negative entries by default: another client's create shows at once
+  double negative_timeout_s = 1.0;  // "no such name" is cached as long as names are (docs/CLIENT.md)
   bool default_permissions = true;  // false: the kernel asks access()/open() and the service decides alone
   std::uint64_t write_behind_bytes_max = 16u << 20;  // write() blocks while this much is in flight
   unsigned max_threads = 32;
