@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <chrono>
@@ -292,6 +293,10 @@ struct FuseClient::Impl {
   // no answer).
   CallResult call(InterruptScope* scope, const fs::Request& r, bool read_only) {
     auto w = std::make_shared<Waiter>();
+    // A mutation must execute after every write() answered before it (a chmod, utimes or rename after a
+    // write: the service executes in submission order): staged writes go first, and take their local
+    // sequence numbers first (numbers order attribute updates: node_table.h).
+    if (!read_only) kick_all_writes();
     CallResult out;
     out.seq = next_seq.fetch_add(1);
     SubmitOptions so;
@@ -435,6 +440,7 @@ struct FuseClient::Impl {
     InterruptScope scope(req, table);
     // Our own writes in flight: their size is in the overlay, but their mtime, ctime and blocks are the
     // service's (agreed time) and known only once they are final. stat after write must show them, so wait.
+    if (s->has_pending) kick_writes(id);
     if (s->has_pending && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
       return (void)freply_err(req, EINTR);
     }
@@ -477,6 +483,7 @@ struct FuseClient::Impl {
     InterruptScope scope(req, table);
     // Truncation must follow our writes in flight (a truncate is ordered after them anyway; waiting also keeps
     // the overlay from extending the size the truncate sets).
+    if ((to_set & FUSE_SET_ATTR_SIZE) != 0) kick_writes(id);
     if ((to_set & FUSE_SET_ATTR_SIZE) != 0 && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
       return (void)freply_err(req, EINTR);
     }
@@ -914,6 +921,7 @@ struct FuseClient::Impl {
     if (off < 0) return (void)freply_err(req, EINVAL);
     InterruptScope scope(req, table);
     // Read-your-writes: the data of our writes in flight is only in the service once they are final.
+    kick_writes(id);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
     const fs::Cred cred = io_cred(of, id, 4);
     Bytes data;
@@ -949,6 +957,7 @@ struct FuseClient::Impl {
     {
       InterruptScope scope(req, table);
       const std::uint64_t limit = opt.write_behind_bytes_max > size ? opt.write_behind_bytes_max - size : 0;
+      if (table.pending_bytes() > limit) kick_all_writes();  // staged bytes count: send them
       if (!table.wait_pending_below(limit, [&] { return scope.interrupted(); })) {
         return (void)freply_err(req, EINTR);
       }
@@ -975,14 +984,17 @@ struct FuseClient::Impl {
   }
 
   // ---- write coalescing ----
-  // While a WRITE request of a node is in flight, the node's further writes are staged, and go out together
-  // as one request when it completes (or when the staged ops reach kIoBytesMax): Nagle's rule, without a
-  // timer. A writer of many small pieces (as, ar, ld write an object file in dozens of small writes) then
-  // costs a few ordered requests per file instead of one per write(), and a single write still goes out at
-  // once. Contiguous pieces merge into one WRITE op; others become further ops of the same compound request,
-  // which the service executes in order, all or nothing (docs/FILESERVICE.md §1): the same effect as sending
-  // them one by one in that order. Every piece stays in the node table's overlay (write_submitted) until its
-  // request is final, so flush, fsync, read and getattr wait for staged pieces as for any write in flight.
+  // write() is answered at once (write-behind) and its data is staged per file; the staged pieces go out as
+  // one request when they reach kIoBytesMax or kCoalesceOpsMax ops, when anything needs them at the service
+  // (flush at close, fsync, release, a read or getattr of the file, a truncate, any other mutation of this
+  // client, the write-behind memory bound, unmount), and at the latest kStageDelay after the first piece
+  // was staged (so a file that stays open reaches the service anyway, as NFS's periodic write-back does).
+  // A writer of many small pieces (as, ar, ld write an object file in dozens of small writes) then costs one
+  // ordered request per file instead of one per write(). Contiguous pieces merge into one WRITE op; others
+  // become further ops of the same compound request, which the service executes in order, all or nothing
+  // (docs/FILESERVICE.md §1): the same effect as sending them one by one in that order. Every piece stays in
+  // the node table's overlay (write_submitted) until its request is final, so waiters (flush, fsync, read,
+  // getattr) kick the staged pieces out first and then wait for them as for any write in flight.
   struct WritePiece {
     std::uint64_t offset = 0;
     std::uint64_t len = 0;
@@ -991,36 +1003,33 @@ struct FuseClient::Impl {
     fs::Request request;
     std::vector<WritePiece> pieces;
     std::size_t bytes = 0;
-  };
-  struct WriteQueue {
-    std::uint32_t in_flight = 0;          // this node's WRITE requests submitted and not yet final
-    std::optional<StagedRequest> staged;  // only while in_flight > 0
+    std::chrono::steady_clock::time_point since;  // when the first piece was staged
   };
   std::mutex wq_mu;
-  std::unordered_map<FuseIno, WriteQueue> write_queues;
+  std::condition_variable wq_cv;  // wakes the stage flusher
+  bool wq_stopping = false;
+  std::map<FuseIno, StagedRequest> staged_writes;  // by node; ordered so kick_all goes in a fixed order
+  std::thread stage_flusher;
   static constexpr std::size_t kCoalesceOpsMax = 32;  // ops per coalesced request (the wire allows 64)
+  static constexpr std::chrono::milliseconds kStageDelay{20};
 
   void queue_write(FuseIno id, fs::Op op) {
     const WritePiece piece{op.offset, op.data.size()};
     std::lock_guard<std::mutex> lock(wq_mu);
-    WriteQueue& q = write_queues[id];
-    if (q.in_flight == 0) {
-      BFT_ASSERT(!q.staged.has_value());
-      StagedRequest one;
-      one.bytes = op.data.size();
-      one.request.ops.push_back(std::move(op));
-      one.pieces.push_back(piece);
-      return submit_writes(id, q, std::move(one));
+    auto it = staged_writes.find(id);
+    if (it != staged_writes.end() && (it->second.bytes + op.data.size() > fs::kIoBytesMax ||
+                                      it->second.request.ops.size() >= kCoalesceOpsMax)) {
+      submit_staged_locked(it);
+      it = staged_writes.end();
     }
-    if (q.staged.has_value() && (q.staged->bytes + op.data.size() > fs::kIoBytesMax ||
-                                 q.staged->request.ops.size() >= kCoalesceOpsMax)) {
-      StagedRequest full = std::move(*q.staged);
-      q.staged.reset();
-      submit_writes(id, q, std::move(full));
+    if (it == staged_writes.end()) {
+      it = staged_writes.emplace(id, StagedRequest{}).first;
+      it->second.since = std::chrono::steady_clock::now();
+      if (staged_writes.size() == 1) wq_cv.notify_all();
+    } else {
+      ++stats.writes_coalesced;
     }
-    if (!q.staged.has_value()) q.staged.emplace();
-    StagedRequest& st = *q.staged;
-    ++stats.writes_coalesced;
+    StagedRequest& st = it->second;
     st.bytes += op.data.size();
     st.pieces.push_back(piece);
     fs::Op* last = st.request.ops.empty() ? nullptr : &st.request.ops.back();
@@ -1030,20 +1039,32 @@ struct FuseClient::Impl {
     } else {
       st.request.ops.push_back(std::move(op));
     }
+    if (st.bytes >= fs::kIoBytesMax) submit_staged_locked(it);
   }
 
-  // Submits `r` for node `id`. Called with wq_mu held (submit only queues; callbacks run on another thread).
-  void submit_writes(FuseIno id, WriteQueue& q, StagedRequest r) {
-    ++q.in_flight;
+  // Submits node `id`'s staged writes now, if any.
+  void kick_writes(FuseIno id) {
+    std::lock_guard<std::mutex> lock(wq_mu);
+    if (auto it = staged_writes.find(id); it != staged_writes.end()) submit_staged_locked(it);
+  }
+  void kick_all_writes() {
+    std::lock_guard<std::mutex> lock(wq_mu);
+    while (!staged_writes.empty()) submit_staged_locked(staged_writes.begin());
+  }
+
+  // Submits and forgets one staged request. With wq_mu held, so that requests leave in staging order
+  // (submit only queues; callbacks run on the backend's thread and never take wq_mu).
+  void submit_staged_locked(std::map<FuseIno, StagedRequest>::iterator it) {
+    const FuseIno id = it->first;
+    StagedRequest r = std::move(it->second);
+    staged_writes.erase(it);
+    BFT_ASSERT(!r.request.ops.empty());
     const std::uint64_t seq = next_seq.fetch_add(1);
     Callbacks cb;
     cb.on_final = [this, id, pieces = std::move(r.pieces), seq](Final f) {
       CallResult out = interpret(std::move(f), CallResult{});
       std::optional<fs::Attr> attr;
       if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
-      // The next staged request goes out before this one's pieces leave the overlay, so a waiter woken by
-      // write_finished never sees "nothing in flight" while staged pieces remain.
-      on_write_request_done(id);
       for (const WritePiece& p : pieces) {
         table.write_finished(id, p.offset, p.len, static_cast<std::uint32_t>(out.err), attr, seq);
       }
@@ -1052,24 +1073,41 @@ struct FuseClient::Impl {
     (void)backend->submit(r.request, SubmitOptions{}, std::move(cb));
   }
 
-  void on_write_request_done(FuseIno id) {
-    std::lock_guard<std::mutex> lock(wq_mu);
-    auto it = write_queues.find(id);
-    BFT_ASSERT(it != write_queues.end());
-    WriteQueue& q = it->second;
-    BFT_ASSERT(q.in_flight > 0);
-    --q.in_flight;
-    if (q.staged.has_value()) {
-      StagedRequest next = std::move(*q.staged);
-      q.staged.reset();
-      submit_writes(id, q, std::move(next));
-    } else if (q.in_flight == 0) {
-      write_queues.erase(it);
+  // The stage flusher's loop: sends staged writes older than kStageDelay.
+  void flush_stale_stages() {
+    std::unique_lock<std::mutex> lock(wq_mu);
+    while (!wq_stopping) {
+      if (staged_writes.empty()) {
+        wq_cv.wait(lock);
+        continue;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      auto oldest = now;
+      for (auto it = staged_writes.begin(); it != staged_writes.end();) {
+        auto next = std::next(it);
+        if (now - it->second.since >= kStageDelay) {
+          submit_staged_locked(it);
+        } else {
+          oldest = std::min(oldest, it->second.since);
+        }
+        it = next;
+      }
+      if (!staged_writes.empty()) wq_cv.wait_until(lock, oldest + kStageDelay);
     }
+  }
+  void start_stage_flusher() { stage_flusher = std::thread([this] { flush_stale_stages(); }); }
+  void stop_stage_flusher() {
+    {
+      std::lock_guard<std::mutex> lock(wq_mu);
+      wq_stopping = true;
+    }
+    wq_cv.notify_all();
+    if (stage_flusher.joinable()) stage_flusher.join();
   }
 
   void flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     InterruptScope scope(req, table);
+    kick_writes(id);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
     // The kernel may have cached attributes from before the last write became final (mtime and ctime are the
     // service's): after close, stat must show the write, so drop them (attributes only; safe in a handler:
@@ -1083,6 +1121,7 @@ struct FuseClient::Impl {
   void release(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     auto* of = reinterpret_cast<OpenFile*>(fi->fh);
     // Nobody receives release's answer; the writes still have to be final before the file counts as closed.
+    kick_writes(id);
     (void)table.wait_writes(id, nullptr);
     const auto hidden = table.released(id);
     if (hidden) remove_hidden(*hidden);
@@ -1094,6 +1133,7 @@ struct FuseClient::Impl {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     InterruptScope scope(req, table);
+    kick_writes(id);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
     const std::uint32_t werr = table.take_write_error(id);
     if (werr != 0) return (void)freply_err(req, static_cast<int>(werr));
@@ -1486,6 +1526,7 @@ int FuseClient::serve(Backend& backend) {
   StatusWriter status(impl_->opt.status_path, impl_->stats);
   impl_->backend = &backend;
   if (fuse_set_signal_handlers(impl_->se) != 0) return -1;
+  impl_->start_stage_flusher();
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(cfg, impl_->opt.max_threads);
   fuse_loop_cfg_set_idle_threads(cfg, 4);
@@ -1493,6 +1534,8 @@ int FuseClient::serve(Backend& backend) {
   fuse_loop_cfg_destroy(cfg);
   fuse_remove_signal_handlers(impl_->se);
   // Writes answered but not yet final must still reach the service before we go.
+  impl_->kick_all_writes();
+  impl_->stop_stage_flusher();
   impl_->table.wait_all_writes();
   fuse_session_unmount(impl_->se);
   impl_->mounted.store(false);
