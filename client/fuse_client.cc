@@ -293,10 +293,12 @@ struct FuseClient::Impl {
   // no answer).
   CallResult call(InterruptScope* scope, const fs::Request& r, bool read_only) {
     auto w = std::make_shared<Waiter>();
-    // A mutation must execute after every write() answered before it (a chmod, utimes or rename after a
-    // write: the service executes in submission order): staged writes go first, and take their local
-    // sequence numbers first (numbers order attribute updates: node_table.h).
-    if (!read_only) kick_all_writes();
+    // A mutation of an object must execute after every write() of it answered before (a chmod or utimes after
+    // a write: the service executes in submission order): the object's staged writes go first, and take
+    // their local sequence numbers first (numbers order attribute updates: node_table.h). Other objects'
+    // staged writes need not: their order relative to this request is invisible to this client (its reads
+    // wait for them) and another client is promised them only after close (close-to-open).
+    if (!read_only) kick_writes_of(r);
     CallResult out;
     out.seq = next_seq.fetch_add(1);
     SubmitOptions so;
@@ -1046,6 +1048,19 @@ struct FuseClient::Impl {
   void kick_writes(FuseIno id) {
     std::lock_guard<std::mutex> lock(wq_mu);
     if (auto it = staged_writes.find(id); it != staged_writes.end()) submit_staged_locked(it);
+  }
+  // Kicks the staged writes of every object a request names by handle.
+  void kick_writes_of(const fs::Request& r) {
+    {
+      std::lock_guard<std::mutex> lock(wq_mu);
+      if (staged_writes.empty()) return;
+    }
+    for (const fs::Op& op : r.ops) {
+      for (const fs::Handle* h : {&op.handle, &op.handle2}) {
+        if (h->is_ref || h->ino == 0) continue;
+        if (const auto id = table.find(*h)) kick_writes(*id);
+      }
+    }
   }
   void kick_all_writes() {
     std::lock_guard<std::mutex> lock(wq_mu);
