@@ -442,7 +442,7 @@ struct FuseClient::Impl {
     InterruptScope scope(req, table);
     // Our own writes in flight: their size is in the overlay, but their mtime, ctime and blocks are the
     // service's (agreed time) and known only once they are final. stat after write must show them, so wait.
-    if (s->has_pending) kick_writes(id);
+    if (s->has_pending) kick_writes(id, stats.stage_sends_getattr);
     if (s->has_pending && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
       return (void)freply_err(req, EINTR);
     }
@@ -485,7 +485,10 @@ struct FuseClient::Impl {
     InterruptScope scope(req, table);
     // Truncation must follow our writes in flight (a truncate is ordered after them anyway; waiting also keeps
     // the overlay from extending the size the truncate sets).
-    if ((to_set & FUSE_SET_ATTR_SIZE) != 0) kick_writes(id);
+    if ((to_set & FUSE_SET_ATTR_SIZE) != 0) {
+      kick_writes(id, stats.stage_sends_mutation);
+      drop_prefetch(id);
+    }
     if ((to_set & FUSE_SET_ATTR_SIZE) != 0 && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
       return (void)freply_err(req, EINTR);
     }
@@ -831,6 +834,56 @@ struct FuseClient::Impl {
     return r.result.results[0].granted == want ? 0 : EACCES;
   }
 
+  // ---- open-time prefetch ----
+  // The data a READ at open brought (see open()), kept for the kernel's first reads of the file. Valid
+  // while the file's version (mtime, size) is the one read: our own writes and truncates change it.
+  struct Prefetch {
+    Bytes data;
+    bool eof = false;
+    DataVersion version;
+  };
+  static constexpr std::uint32_t kPrefetchBytes = 128u << 10;  // the kernel's usual first read of a file
+  std::mutex pf_mu;
+  std::unordered_map<FuseIno, Prefetch> prefetched;
+
+  // A read-only open of a regular file whose pages the kernel will not keep (no version recorded: the first
+  // open since the node was known): the kernel will read it from the start.
+  bool wants_prefetch(const NodeSnapshot& s, int flags) {
+    if ((flags & O_ACCMODE) != O_RDONLY || s.attr.type != fs::FileType::kRegular) return false;
+    if (!opt.default_permissions) return false;  // open() asks ACCESS first; keep the plain order
+    return !table.data_version(s.id).has_value();
+  }
+
+  // Answers a read of [off, off + size) from the open's prefetch when it holds that range (or its end of
+  // file) for the file's current version. Returns true if it replied.
+  bool serve_prefetched(fuse_req_t req, FuseIno id, std::size_t size, std::uint64_t off) {
+    const auto s = table.snapshot(id);
+    std::unique_lock<std::mutex> lock(pf_mu);
+    auto it = prefetched.find(id);
+    if (it == prefetched.end()) return false;
+    const Prefetch& p = it->second;
+    if (!s || s->has_pending || DataVersion{s->attr.mtime_ns, s->attr.size} != p.version) {
+      prefetched.erase(it);  // changed since the open: read from the service
+      return false;
+    }
+    const std::uint64_t have = p.data.size();
+    if (off + size > have && !p.eof) return false;  // beyond what was read: ask the service
+    const std::uint64_t from = std::min<std::uint64_t>(off, have);
+    const std::uint64_t n = std::min<std::uint64_t>(size, have - from);
+    Bytes out(p.data.begin() + static_cast<std::ptrdiff_t>(from),
+              p.data.begin() + static_cast<std::ptrdiff_t>(from + n));
+    if (off + size >= have) prefetched.erase(it);  // the kernel has it all now
+    lock.unlock();
+    ++stats.read_prefetch_hits;
+    freply_buf(req, reinterpret_cast<const char*>(out.data()), out.size());
+    return true;
+  }
+
+  void drop_prefetch(FuseIno id) {
+    std::lock_guard<std::mutex> lock(pf_mu);
+    prefetched.erase(id);
+  }
+
   void open(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     const auto s = table.snapshot(id);
     if (!s) return (void)freply_err(req, ESTALE);
@@ -839,7 +892,29 @@ struct FuseClient::Impl {
     NsLock ns(ns_mu, scope, false);
     if (!ns.held()) return (void)freply_err(req, EINTR);
     fs::Attr attr = s->attr;
-    if (!s->has_pending) {
+    bool revalidated = false;
+    if (!s->has_pending && wants_prefetch(*s, fi->flags)) {
+      // Close-to-open revalidation by a READ of the file's start instead of a GETATTR: its result carries
+      // the attributes too, and the data the kernel is about to ask for (it holds no pages of this file that
+      // it may keep), so the first read costs no request (docs/CLIENT.md "Data cache").
+      fs::Op op = make_op(OpCode::kRead, cred);
+      op.handle = s->handle;
+      op.offset = 0;
+      op.count = kPrefetchBytes;
+      CallResult r = call(&scope, single(std::move(op)), true);
+      if (r.err == EINTR) return (void)freply_err(req, EINTR);
+      if (r.err == 0) {
+        fs::OpResult& res = r.result.results[0];
+        table.update_attr(res.attr, r.seq);
+        attr = res.attr;
+        revalidated = true;
+        ++stats.open_prefetches;
+        std::lock_guard<std::mutex> lock(pf_mu);
+        prefetched[id] = Prefetch{std::move(res.data), res.eof != 0, DataVersion{attr.mtime_ns, attr.size}};
+      }
+      // Any error: the GETATTR below decides (and reports the error open() should give).
+    }
+    if (!s->has_pending && !revalidated) {
       // Close-to-open: the attributes at open come from the service, never from a cache.
       fs::Op op = make_op(OpCode::kGetattr, cred);
       op.handle = s->handle;
@@ -923,8 +998,9 @@ struct FuseClient::Impl {
     if (off < 0) return (void)freply_err(req, EINVAL);
     InterruptScope scope(req, table);
     // Read-your-writes: the data of our writes in flight is only in the service once they are final.
-    kick_writes(id);
+    kick_writes(id, stats.stage_sends_read);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+    if (serve_prefetched(req, id, size, static_cast<std::uint64_t>(off))) return;
     const fs::Cred cred = io_cred(of, id, 4);
     Bytes data;
     std::uint64_t pos = static_cast<std::uint64_t>(off);
@@ -980,6 +1056,7 @@ struct FuseClient::Impl {
                      reinterpret_cast<const std::uint8_t*>(buf) + done + n);
       table.write_submitted(id, op.offset, n, append);
       queue_write(id, std::move(op));
+      drop_prefetch(id);
       done += n;
     } while (done < size);
     freply_write(req, size);
@@ -1021,7 +1098,7 @@ struct FuseClient::Impl {
     auto it = staged_writes.find(id);
     if (it != staged_writes.end() && (it->second.bytes + op.data.size() > fs::kIoBytesMax ||
                                       it->second.request.ops.size() >= kCoalesceOpsMax)) {
-      submit_staged_locked(it);
+      submit_staged_locked(it, stats.stage_sends_full);
       it = staged_writes.end();
     }
     if (it == staged_writes.end()) {
@@ -1041,13 +1118,13 @@ struct FuseClient::Impl {
     } else {
       st.request.ops.push_back(std::move(op));
     }
-    if (st.bytes >= fs::kIoBytesMax) submit_staged_locked(it);
+    if (st.bytes >= fs::kIoBytesMax) submit_staged_locked(it, stats.stage_sends_full);
   }
 
   // Submits node `id`'s staged writes now, if any.
-  void kick_writes(FuseIno id) {
+  void kick_writes(FuseIno id, std::atomic<std::uint64_t>& reason) {
     std::lock_guard<std::mutex> lock(wq_mu);
-    if (auto it = staged_writes.find(id); it != staged_writes.end()) submit_staged_locked(it);
+    if (auto it = staged_writes.find(id); it != staged_writes.end()) submit_staged_locked(it, reason);
   }
   // Kicks the staged writes of every object a request names by handle.
   void kick_writes_of(const fs::Request& r) {
@@ -1058,18 +1135,19 @@ struct FuseClient::Impl {
     for (const fs::Op& op : r.ops) {
       for (const fs::Handle* h : {&op.handle, &op.handle2}) {
         if (h->is_ref || h->ino == 0) continue;
-        if (const auto id = table.find(*h)) kick_writes(*id);
+        if (const auto id = table.find(*h)) kick_writes(*id, stats.stage_sends_mutation);
       }
     }
   }
   void kick_all_writes() {
     std::lock_guard<std::mutex> lock(wq_mu);
-    while (!staged_writes.empty()) submit_staged_locked(staged_writes.begin());
+    while (!staged_writes.empty()) submit_staged_locked(staged_writes.begin(), stats.stage_sends_other);
   }
 
   // Submits and forgets one staged request. With wq_mu held, so that requests leave in staging order
   // (submit only queues; callbacks run on the backend's thread and never take wq_mu).
-  void submit_staged_locked(std::map<FuseIno, StagedRequest>::iterator it) {
+  void submit_staged_locked(std::map<FuseIno, StagedRequest>::iterator it, std::atomic<std::uint64_t>& reason) {
+    ++reason;
     const FuseIno id = it->first;
     StagedRequest r = std::move(it->second);
     staged_writes.erase(it);
@@ -1101,7 +1179,7 @@ struct FuseClient::Impl {
       for (auto it = staged_writes.begin(); it != staged_writes.end();) {
         auto next = std::next(it);
         if (now - it->second.since >= kStageDelay) {
-          submit_staged_locked(it);
+          submit_staged_locked(it, stats.stage_sends_timer);
         } else {
           oldest = std::min(oldest, it->second.since);
         }
@@ -1122,7 +1200,7 @@ struct FuseClient::Impl {
 
   void flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     InterruptScope scope(req, table);
-    kick_writes(id);
+    kick_writes(id, stats.stage_sends_close);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
     // The kernel may have cached attributes from before the last write became final (mtime and ctime are the
     // service's): after close, stat must show the write, so drop them (attributes only; safe in a handler:
@@ -1136,8 +1214,9 @@ struct FuseClient::Impl {
   void release(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     auto* of = reinterpret_cast<OpenFile*>(fi->fh);
     // Nobody receives release's answer; the writes still have to be final before the file counts as closed.
-    kick_writes(id);
+    kick_writes(id, stats.stage_sends_close);
     (void)table.wait_writes(id, nullptr);
+    drop_prefetch(id);
     const auto hidden = table.released(id);
     if (hidden) remove_hidden(*hidden);
     delete of;
@@ -1148,7 +1227,7 @@ struct FuseClient::Impl {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     InterruptScope scope(req, table);
-    kick_writes(id);
+    kick_writes(id, stats.stage_sends_fsync);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
     const std::uint32_t werr = table.take_write_error(id);
     if (werr != 0) return (void)freply_err(req, static_cast<int>(werr));
@@ -1272,6 +1351,15 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   // per directory chunk; symlink targets cached by the kernel (they never change).
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_ATOMIC_O_TRUNC);
+  // No automatic data invalidation: with it the kernel asks GETATTR before reads whenever its attributes
+  // are stale (after every write of ours) and drops the file's pages whenever mtime moved -- which every
+  // write of ours does (the agreed time), so a program that writes and reads back its own output (ld, as)
+  // would read every page from the service again, and each of those GETATTRs would push out the writes
+  // being coalesced. Close-to-open needs neither: open() revalidates and decides whether the pages stay
+  // (keep_cache); a size change seen later still drops the pages (the kernel always does that), and reads
+  // past the cached end of file still ask for the size. What an open descriptor no longer sees is another
+  // client's same-size overwrite before it reopens the file (docs/CLIENT.md "Data cache").
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);
   if ((conn->capable & FUSE_CAP_READDIRPLUS) != 0) conn->want |= FUSE_CAP_READDIRPLUS;
   if ((conn->capable & FUSE_CAP_READDIRPLUS_AUTO) != 0) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
   if ((conn->capable & FUSE_CAP_CACHE_SYMLINKS) != 0) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
@@ -1484,7 +1572,15 @@ std::string ClientCounters::json() const {
       .add("getattr_cache_misses", getattr_cache_misses.load())
       .add("open_prefetches", open_prefetches.load())
       .add("read_prefetch_hits", read_prefetch_hits.load())
-      .add("writes_coalesced", writes_coalesced.load());
+      .add("writes_coalesced", writes_coalesced.load())
+      .add("stage_sends_full", stage_sends_full.load())
+      .add("stage_sends_timer", stage_sends_timer.load())
+      .add("stage_sends_getattr", stage_sends_getattr.load())
+      .add("stage_sends_read", stage_sends_read.load())
+      .add("stage_sends_close", stage_sends_close.load())
+      .add("stage_sends_fsync", stage_sends_fsync.load())
+      .add("stage_sends_mutation", stage_sends_mutation.load())
+      .add("stage_sends_other", stage_sends_other.load());
   return j.str() + "\n";
 }
 

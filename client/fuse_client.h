@@ -56,9 +56,13 @@ struct ClientCounters {
   std::atomic<std::uint64_t> lookups_enoent{0};      // LOOKUPs the service answered ENOENT
   std::atomic<std::uint64_t> getattr_cache_hits{0};  // getattr answered from attributes fresher than attr_timeout
   std::atomic<std::uint64_t> getattr_cache_misses{0};
-  std::atomic<std::uint64_t> open_prefetches{0};     // opens whose revalidation was a READ that also filled data
+  std::atomic<std::uint64_t> open_prefetches{0};     // opens revalidated by a READ that also brought data
   std::atomic<std::uint64_t> read_prefetch_hits{0};  // reads answered from an open's prefetched data
-  std::atomic<std::uint64_t> writes_coalesced{0};    // write() calls sent in a request with an earlier one
+  std::atomic<std::uint64_t> writes_coalesced{0};    // write() pieces sent in a request with an earlier one
+  // Why staged writes were sent (docs/CLIENT.md "Coalescing").
+  std::atomic<std::uint64_t> stage_sends_full{0}, stage_sends_timer{0}, stage_sends_getattr{0},
+      stage_sends_read{0}, stage_sends_close{0}, stage_sends_fsync{0}, stage_sends_mutation{0},
+      stage_sends_other{0};
   std::string json() const;
 };
 

@@ -232,6 +232,12 @@ bool NodeTable::opened(FuseIno id, const DataVersion& now) {
   return keep;
 }
 
+std::optional<DataVersion> NodeTable::data_version(FuseIno id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Node* n = get(id);
+  return n == nullptr ? std::nullopt : n->data_version;
+}
+
 std::optional<SillyName> NodeTable::released(FuseIno id) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);

@@ -106,6 +106,9 @@ class NodeTable {
   // An open began: returns true if the kernel may keep its page cache (the data version at the last open or
   // own write equals `now`); records `now` as the current version.
   bool opened(FuseIno id, const DataVersion& now);
+  // The data version recorded at the last open or own write (nullopt if none: the kernel holds no pages the
+  // client let it keep).
+  std::optional<DataVersion> data_version(FuseIno id) const;
   // The last release of this open; returns the silly name to remove if this was the last open of a file
   // hidden by a silly rename (and forgets the name).
   std::optional<SillyName> released(FuseIno id);
