@@ -304,7 +304,10 @@ struct FuseClient::Impl {
     SubmitOptions so;
     so.read_only = read_only;
     ++(read_only ? stats.requests_read_only : stats.requests_ordered);
-    if (!read_only) raise_attr_barrier(out.seq);
+    if (!read_only) {
+      raise_attr_barrier(out.seq);
+      note_ordered_submit(out.seq);
+    }
     Callbacks cb;
     cb.on_final = [w](Final f) {
       {
@@ -333,8 +336,49 @@ struct FuseClient::Impl {
     if (scope != nullptr) scope->set_wakeup(nullptr, nullptr);
     // Every request submitted from now on is ordered after this mutation (or, read-only, runs on a state
     // that includes it).
-    if (!read_only) raise_attr_barrier(next_seq.load());
+    if (!read_only) {
+      raise_attr_barrier(next_seq.load());
+      // The attributes in this mutation's own result are the state right after it. If no other ordered
+      // request was submitted while it was in flight, nothing of this client can have changed them since:
+      // they count as fresh from now on (a number at or above the barrier), so that the kernel's next
+      // GETATTR of an object the mutation returned (the created file, the changed directory) costs no
+      // request. Otherwise they keep the mutation's own number (ordered by it, stale for the cache).
+      if (last_ordered_submit.load() == out.seq) out.seq = next_seq.fetch_add(1);
+    }
     return interpret(std::move(w->fin), out);
+  }
+
+  // The number of the last ordered request submitted (call() or a staged write).
+  std::atomic<std::uint64_t> last_ordered_submit{0};
+  void note_ordered_submit(std::uint64_t seq) {
+    std::uint64_t cur = last_ordered_submit.load();
+    while (cur < seq && !last_ordered_submit.compare_exchange_weak(cur, seq)) {
+    }
+  }
+
+  // `op` followed by a GETATTR of each directory in `dirs`: a mutation that changes directories (create,
+  // mkdir, unlink, rename...) returns their new attributes in the same request, because the kernel asks for
+  // them right after (it drops a directory's attributes when it changes, and needs its mode for the next
+  // permission check). The GETATTRs cannot fail once the op succeeded in those directories (one request is
+  // atomic), and go with root credentials (attributes are not permission-checked data).
+  static fs::Request with_dir_attrs(fs::Op op, std::initializer_list<fs::Handle> dirs) {
+    fs::Request r;
+    r.ops.push_back(std::move(op));
+    for (const fs::Handle& d : dirs) {
+      if (std::any_of(r.ops.begin() + 1, r.ops.end(), [&](const fs::Op& o) { return o.handle == d; })) continue;
+      fs::Op g = make_op(OpCode::kGetattr, fs::Cred{0, 0, {}});
+      g.handle = d;
+      r.ops.push_back(std::move(g));
+    }
+    return r;
+  }
+  // Puts the directory attributes of ops [first, end) of a successful result into the cache.
+  void note_dir_attrs(const CallResult& r, std::size_t first) {
+    if (r.err != 0) return;
+    for (std::size_t i = first; i < r.result.results.size(); ++i) {
+      const fs::OpResult& o = r.result.results[i];
+      if (o.code == OpCode::kGetattr && o.err == 0) table.update_attr(o.attr, r.seq);
+    }
   }
 
   // Attributes from requests numbered below the barrier are not answered from the attribute cache.
@@ -560,10 +604,12 @@ struct FuseClient::Impl {
   void make_entry(fuse_req_t req, fs::Op op) {
     InterruptScope scope(req, table);
     const OpCode code = op.code;
-    CallResult r = call(&scope, single(std::move(op)), false);
+    const fs::Handle dir = code == OpCode::kLink ? op.handle2 : op.handle;
+    CallResult r = call(&scope, with_dir_attrs(std::move(op), {dir}), false);
     // The directory is gone (removed while we held it, e.g. as a cwd): no new entry there, as on Linux.
     if (r.err == ESTALE && code != OpCode::kLink) return (void)freply_err(req, ENOENT);
     if (r.err != 0) return (void)freply_err(req, r.err);
+    note_dir_attrs(r, 1);
     reply_entry(req, r.result.results[0].attr, r.seq);
   }
 
@@ -736,7 +782,8 @@ struct FuseClient::Impl {
     fs::Op op = make_op(OpCode::kRemove, cred);
     op.handle = *dir;
     op.name = name;
-    CallResult r = call(&scope, single(std::move(op)), false);
+    CallResult r = call(&scope, with_dir_attrs(std::move(op), {*dir}), false);
+    note_dir_attrs(r, 1);
     freply_err(req, r.err);
   }
 
@@ -747,7 +794,8 @@ struct FuseClient::Impl {
     op.handle = *dir;
     op.name = name;
     InterruptScope scope(req, table);
-    CallResult r = call(&scope, single(std::move(op)), false);
+    CallResult r = call(&scope, with_dir_attrs(std::move(op), {*dir}), false);
+    note_dir_attrs(r, 1);
     freply_err(req, r.err);
   }
 
@@ -800,7 +848,8 @@ struct FuseClient::Impl {
         return (void)freply_err(req, hide(scope, cred, *open_id, *to, newname, &then));
       }
     }
-    CallResult r = call(&scope, single(std::move(mv)), false);
+    CallResult r = call(&scope, with_dir_attrs(std::move(mv), {*from, *to}), false);
+    note_dir_attrs(r, 1);
     freply_err(req, r.err);
   }
 
@@ -964,13 +1013,20 @@ struct FuseClient::Impl {
       t.size = 0;
       r.ops.push_back(std::move(t));
     }
+    const std::size_t file_op = r.ops.size() - 1;  // the CREATE, or the truncating SETATTR after it
+    {
+      fs::Op g = make_op(OpCode::kGetattr, fs::Cred{0, 0, {}});  // the directory: see with_dir_attrs
+      g.handle = *dir;
+      r.ops.push_back(std::move(g));
+    }
     InterruptScope scope(req, table);
     NsLock ns(ns_mu, scope, false);
     if (!ns.held()) return (void)freply_err(req, EINTR);
     CallResult res = call(&scope, r, false);
     if (res.err != 0) return (void)freply_err(req, res.err);
     if (res.result.results[0].attr.type == fs::FileType::kDirectory) return (void)freply_err(req, EISDIR);
-    const fs::Attr& attr = res.result.results.back().attr;
+    note_dir_attrs(res, file_op + 1);
+    const fs::Attr& attr = res.result.results[file_op].attr;
     const FuseIno id = table.remember(attr, res.seq);
     (void)table.opened(id, DataVersion{attr.mtime_ns, attr.size});
     auto* of = new OpenFile{id, fi->flags, cred};
@@ -1153,6 +1209,7 @@ struct FuseClient::Impl {
     staged_writes.erase(it);
     BFT_ASSERT(!r.request.ops.empty());
     const std::uint64_t seq = next_seq.fetch_add(1);
+    note_ordered_submit(seq);
     Callbacks cb;
     cb.on_final = [this, id, pieces = std::move(r.pieces), seq](Final f) {
       CallResult out = interpret(std::move(f), CallResult{});
