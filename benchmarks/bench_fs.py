@@ -1372,6 +1372,8 @@ def demo(args) -> None:
         systems[kind] = {f"andrew_{ph}_s": a.phases_s[ph] for ph in PHASES}
         systems[kind]["andrew_total_s"] = sum(a.phases_s.values())
         systems[kind]["service_cpu_s"] = sum(a.service_cpu_s.values())
+        systems[kind]["requests"] = {ph: (a.requests.get(ph, {}).get("sent_read_only", 0),
+                                          a.requests.get(ph, {}).get("sent_ordered", 0)) for ph in PHASES}
     head = ["Andrew" + str(n), SYSTEM_LABELS["pbft"], SYSTEM_LABELS["norep"], "PBFT/NO-REP"]
     rows = []
     for key, label in [(f"andrew_{ph}_s", PHASE_TITLES[ph]) for ph in PHASES] + [("andrew_total_s", "total")]:
@@ -1383,6 +1385,10 @@ def demo(args) -> None:
     print("  ".join("-" * w for w in widths))
     for r in rows:
         print("  ".join(v.ljust(widths[0]) if c == 0 else v.rjust(widths[c]) for c, v in enumerate(r)))
+    print("\nRequests the mount sent per phase (read-only + ordered): "
+          + "; ".join(f"{PHASE_TITLES[ph]}: PBFT {systems['pbft']['requests'][ph][0]}+"
+                      f"{systems['pbft']['requests'][ph][1]}, NO-REP {systems['norep']['requests'][ph][0]}+"
+                      f"{systems['norep']['requests'][ph][1]}" for ph in PHASES))
     print(f"\nCPU used meanwhile by the file system's own processes (they share this machine's "
           f"{os.cpu_count()} cores with gcc): PBFT (4 replicas, relay, FUSE daemon) "
           f"{systems['pbft']['service_cpu_s']:.1f} s, NO-REP (server, relay, FUSE daemon) "
