@@ -45,7 +45,8 @@ on stdout; no result file.
 
 Environment: BUILD/BFTFS_BUILD, QUICK=1 (one repeat at n = 1), BENCH_SYSTEMS=native,local,norep,pbft,
 ANDREW_N (copies; default 1 quick, 5 full), BENCH_REPEATS (default 1 quick, 3 full: medians reported),
-BENCH_REMOUNT=0, BENCH_KEEP=1 (keep the scratch directory), BENCH_CLUSTER_ARGS (extra `cluster start`
+BENCH_REMOUNT=0, BENCH_KEEP=1 (keep the scratch directory), BENCH_MOUNT_ARGS (extra `bftfs mount` arguments,
+recorded in meta), BENCH_CLUSTER_ARGS (extra `cluster start`
 arguments), BFTFS_SRC_CACHE (default /opt/bftfs/src). Progress on stderr. Every process started and every
 mount made is stopped on exit, also on SIGINT/SIGTERM.
 """
@@ -413,6 +414,7 @@ class MountedSystem(System):
         self.mount_count = getattr(self, "mount_count", 0) + 1
         self.status_file = self.scratch / f"mount-{self.name}-{self.mount_count}.status.json"
         argv += ["--log", self.scratch / f"mount-{self.name}.log", "--status", self.status_file]
+        argv += shlex.split(os.environ.get("BENCH_MOUNT_ARGS", ""))  # e.g. "--entry-timeout 3" (experiments)
         self.mounted = True  # from here on stop() tries to unmount, even if the command below fails half-way
         run_cmd(argv, MOUNT_TIMEOUT_S, f"{self.name}: mount")
         common.wait_until(lambda: os.path.ismount(self.mnt), MOUNT_TIMEOUT_S, f"{self.mnt} to be mounted")
@@ -1010,6 +1012,10 @@ def bench(args) -> None:
                         "compile": f"make -j{COMPILE_JOBS} {COMPILE_TARGET} per copy, one copy after another "
                                    "(Lua's own makefile: gcc -std=gnu99 -O2)"},
                 durability=DURABILITY,
+                requests=("andrew_requests per phase: the relay's STATUS counters before and after each phase "
+                          "(docs/RELAY.md): sent_read_only, sent_ordered, sent_compound, lookups_enoent, ops_<op>; "
+                          "system.client_counters_per_mount: `bftfs mount --status` at each unmount"),
+                mount_args=shlex.split(os.environ.get("BENCH_MOUNT_ARGS", "")),
                 cluster_args=p["cluster_args"]),
             "systems": systems,
             "ratios": ratios(systems),
