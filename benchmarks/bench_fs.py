@@ -438,6 +438,13 @@ class MountedSystem(System):
             subprocess.run(["fusermount3", "-u", "-z", str(self.mnt)], capture_output=True, timeout=30)
         self.mounted = False
         self.fuse_conn = None
+        # The daemon wrote its final counters at exit (bftfs mount --status): one entry per mount session.
+        with contextlib.suppress(OSError, ValueError):
+            counters = json.loads(self.status_file.read_text())
+            counters.pop("pid", None)
+            self.client_counters.append(counters)
+            progress(f"{self.name}: mount session {len(self.client_counters)}: "
+                     + ", ".join(f"{k} {v}" for k, v in counters.items() if v))
 
     def requests(self) -> dict[str, int]:
         if self.cluster_dir is None:
