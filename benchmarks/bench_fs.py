@@ -27,8 +27,9 @@ drop_caches, which would disturb everyone else on a shared machine). Without thi
 mostly measure the kernel's caches, filled by phase 2. Remount time is not counted. The BFT paper ran the
 phases back to back over NFS with attribute and write-back caching: BENCH_REMOUNT=0 does that.
 
-Durability differs and is recorded in meta: PBFT replicas fdatasync their logs; the NO-REP server of
-`cluster start --norep` keeps no log; native is the page cache (only the write benchmark fsyncs).
+Durability is recorded in meta: PBFT replicas fdatasync their logs; the NO-REP server runs the same file
+service on the same disk store and, started with `--norep-durable`, fdatasyncs its log before each reply (the
+promise of a PBFT reply); native is the page cache (only the write benchmark fsyncs).
 
 Checks (a benchmark that measures a broken file system is worthless): the grep total must equal grep's on the
 original headers; the 3.9 MB file and every Andrew file are read back after a remount and compared; the
@@ -44,7 +45,8 @@ on stdout; no result file.
 
 Environment: BUILD/BFTFS_BUILD, QUICK=1 (one repeat at n = 1), BENCH_SYSTEMS=native,local,norep,pbft,
 ANDREW_N (copies; default 1 quick, 5 full), BENCH_REPEATS (default 1 quick, 3 full: medians reported),
-BENCH_REMOUNT=0, BENCH_KEEP=1 (keep the scratch directory), BENCH_CLUSTER_ARGS (extra `cluster start`
+BENCH_REMOUNT=0, BENCH_KEEP=1 (keep the scratch directory), BENCH_MOUNT_ARGS (extra `bftfs mount` arguments,
+recorded in meta), BENCH_CLUSTER_ARGS (extra `cluster start`
 arguments), BFTFS_SRC_CACHE (default /opt/bftfs/src). Progress on stderr. Every process started and every
 mount made is stopped on exit, also on SIGINT/SIGTERM.
 """
@@ -95,8 +97,11 @@ READ_CHUNK = 65536
 
 DURABILITY = {"native": "page cache; only the write benchmark fsyncs",
               "local": "the service's state is saved to its directory at unmount",
-              "norep": "`cluster start --norep` default: the server keeps no log (not durable)",
-              "pbft": "replicas fdatasync their write-ahead logs (group commit) before they vote"}
+              "norep": "`cluster start --norep --norep-durable`: the file service on the replicas' disk store "
+                       "(checkpoint every 128 requests) and every request in an fdatasync'ed write-ahead log "
+                       "(group commit) before its reply: what a PBFT reply promises",
+              "pbft": "replicas fdatasync their write-ahead logs (group commit) before they vote; the file "
+                      "service on the disk store (checkpoint every 128 batches)"}
 MOUNT_TIMEOUT_S = 30.0
 CLUSTER_TIMEOUT_S = 60.0
 STEP_TIMEOUT_S = 1800.0  # one command (grep, one copy's make) that runs longer than this has hung
@@ -269,8 +274,60 @@ class System:
         machine they compete with the benchmark's own processes (gcc) for the same cores."""
         return 0.0
 
+    def requests(self) -> dict[str, int]:
+        """The relay's request counters so far (docs/RELAY.md STATUS keys: sent_read_only, sent_ordered,
+        sent_compound, lookups_enoent, ops_<op>); empty for systems without a relay."""
+        return {}
+
     def describe(self) -> dict:
         return {}
+
+
+def relay_status(sock: Path, timeout_s: float = 10.0) -> dict[str, int]:
+    """Asks the relay on `sock` for its STATUS (docs/RELAY.md: HELLO, then STATUS; STATUS_REPLY is one
+    `key value` per line) and returns the numeric facts. Exact at the moment of asking, unlike the status file
+    the relay rewrites twice a second."""
+    import socket
+    import struct
+
+    def frame(body: bytes) -> bytes:
+        return struct.pack("<I", len(body)) + body
+
+    def read_frame(conn) -> bytes:
+        head = b""
+        while len(head) < 4:
+            chunk = conn.recv(4 - len(head))
+            if not chunk:
+                raise BenchError(f"the relay on {sock} closed the status connection")
+            head += chunk
+        (n,) = struct.unpack("<I", head)
+        body = b""
+        while len(body) < n:
+            chunk = conn.recv(n - len(body))
+            if not chunk:
+                raise BenchError(f"the relay on {sock} closed the status connection")
+            body += chunk
+        return body
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout_s)
+        conn.connect(str(sock))
+        conn.sendall(frame(b"\x01" + struct.pack("<H", 1)) + frame(b"\x04"))
+        while True:
+            body = read_frame(conn)
+            if body[:1] == b"\x84":  # STATUS_REPLY: u32 len || text
+                (n,) = struct.unpack("<I", body[1:5])
+                text = body[5:5 + n].decode()
+                break
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.isdigit():
+            out[key] = int(value)
+    return out
+
+
+REQUEST_KEYS = ("sent_read_only", "sent_ordered", "sent_compound", "lookups_enoent")
 
 
 class NativeSystem(System):
@@ -317,6 +374,7 @@ class MountedSystem(System):
         self.fuse_conn: str | None = None
         self.daemon_pids: list[int] = []
         self.mounted = False
+        self.client_counters: list[dict] = []  # per mount session, from `bftfs mount --status` at exit
 
     # ---- cluster ----
     def start_cluster(self) -> None:
@@ -325,7 +383,9 @@ class MountedSystem(System):
         base = common.free_port_range(8)
         argv = [self.bftfs, "cluster", "start", "--dir", self.cluster_dir, "--base-port", base, "--service", "fs",
                 "--log-level", "warn"]
-        argv += ["--norep"] if self.name == "norep" else ["--f", "1"]
+        # NO-REP durable: the same promise as a PBFT reply (the request is in an fdatasync'ed log before the reply;
+        # the file service on the same disk store, replica/norep_server.h).
+        argv += ["--norep", "--norep-durable"] if self.name == "norep" else ["--f", "1"]
         progress(f"{self.name}: bftfs cluster start: keys for a new cluster, "
                  f"{'one NO-REP server' if self.name == 'norep' else '4 replicas (f=1)'} and the relay, ports {base}..")
         run_cmd(argv + self.cluster_args, CLUSTER_TIMEOUT_S, f"{self.name}: cluster start")
@@ -351,7 +411,10 @@ class MountedSystem(System):
         else:
             assert self.cluster_dir is not None
             argv = [self.bftfs, "mount", "--relay", self.cluster_dir / "relay.sock", self.mnt]
-        argv += ["--log", self.scratch / f"mount-{self.name}.log"]
+        self.mount_count = getattr(self, "mount_count", 0) + 1
+        self.status_file = self.scratch / f"mount-{self.name}-{self.mount_count}.status.json"
+        argv += ["--log", self.scratch / f"mount-{self.name}.log", "--status", self.status_file]
+        argv += shlex.split(os.environ.get("BENCH_MOUNT_ARGS", ""))  # e.g. "--entry-timeout 3" (experiments)
         self.mounted = True  # from here on stop() tries to unmount, even if the command below fails half-way
         run_cmd(argv, MOUNT_TIMEOUT_S, f"{self.name}: mount")
         common.wait_until(lambda: os.path.ismount(self.mnt), MOUNT_TIMEOUT_S, f"{self.mnt} to be mounted")
@@ -375,6 +438,18 @@ class MountedSystem(System):
             subprocess.run(["fusermount3", "-u", "-z", str(self.mnt)], capture_output=True, timeout=30)
         self.mounted = False
         self.fuse_conn = None
+        # The daemon wrote its final counters at exit (bftfs mount --status): one entry per mount session.
+        with contextlib.suppress(OSError, ValueError):
+            counters = json.loads(self.status_file.read_text())
+            counters.pop("pid", None)
+            self.client_counters.append(counters)
+            progress(f"{self.name}: mount session {len(self.client_counters)}: "
+                     + ", ".join(f"{k} {v}" for k, v in counters.items() if v))
+
+    def requests(self) -> dict[str, int]:
+        if self.cluster_dir is None:
+            return {}
+        return relay_status(self.cluster_dir / "relay.sock")
 
     def service_cpu_s(self) -> float:
         marks = [str(self.mnt)] + ([str(self.cluster_dir)] if self.cluster_dir is not None else [])
@@ -406,6 +481,8 @@ class MountedSystem(System):
         """What the servers report at the end of the run (status.json): requests executed, and for PBFT
         batches, read-only requests and view changes, so CPU per request can be worked out."""
         out: dict = {"cluster_args": self.cluster_args} if self.cluster_args else {}
+        if self.client_counters:
+            out["client_counters_per_mount"] = list(self.client_counters)
         if self.cluster_dir is None:
             return out
         dirs = [self.cluster_dir / "norep"] if self.name == "norep" else sorted(self.cluster_dir.glob("r[0-9]*/"))
@@ -624,6 +701,7 @@ class AndrewResult:
     phases_s: dict
     tree: Path
     service_cpu_s: dict = field(default_factory=dict)  # CPU seconds of the file system's processes per phase
+    requests: dict = field(default_factory=dict)  # per phase: the relay's request counters (REQUEST_KEYS, ops_*)
 
 
 class Andrew:
@@ -647,18 +725,28 @@ class Andrew:
     def run(self) -> AndrewResult:
         phases: dict[str, float] = {}
         service_cpu: dict[str, float] = {}
+        requests: dict[str, dict] = {}
         for phase in PHASES:
             if self.remount and phase in ("stat", "read", "compile"):
                 self.system.cold(self.base)
             self.hook(phase, 0.0)
+            req0 = self.system.requests()
             cpu0 = self.system.service_cpu_s()
             seconds, _ = timed(getattr(self, f"phase_{phase}"))
             service_cpu[phase] = self.system.service_cpu_s() - cpu0
+            req1 = self.system.requests()
+            if req1:
+                delta = {k: req1[k] - req0.get(k, 0) for k in req1
+                         if (k in REQUEST_KEYS or k.startswith("ops_")) and req1[k] - req0.get(k, 0)}
+                requests[phase] = delta
+                progress(f"{self.system.name}: {phase}: {delta.get('sent_read_only', 0)} read-only + "
+                         f"{delta.get('sent_ordered', 0)} ordered requests; ops "
+                         + ", ".join(f"{k[4:]} {v}" for k, v in sorted(delta.items()) if k.startswith("ops_")))
             self.hook(phase, 1.0)
             phases[phase] = seconds
             progress(f"{self.system.name}: Andrew{self.copies} {PHASE_TITLES[phase]}: {seconds:.3f} s"
                      + (f" (file system processes used {service_cpu[phase]:.2f} CPU-s)" if service_cpu[phase] else ""))
-        return AndrewResult(phases, self.base, service_cpu_s=service_cpu)
+        return AndrewResult(phases, self.base, service_cpu_s=service_cpu, requests=requests)
 
     def phase_mkdir(self) -> None:
         os.mkdir(self.base)
@@ -813,6 +901,8 @@ def one_run(kind: str, run_dir: Path, bftfs: Path | None, p: dict, corpus: Sourc
             result[f"andrew_{phase}_s"] = a.phases_s[phase]
         result["andrew_total_s"] = sum(a.phases_s.values())
         result["andrew_service_cpu_s"] = {k: round(v, 3) for k, v in a.service_cpu_s.items()}
+        if a.requests:
+            result["andrew_requests"] = a.requests
         result["system"] = system.describe()
     finally:
         system.stop()
@@ -829,7 +919,14 @@ def summarize(runs: list[dict]) -> dict:
                          for k in NUMERIC_KEYS}
     out["andrew_service_cpu_s"] = {p: round(statistics.median(r["andrew_service_cpu_s"][p] for r in runs), 3)
                                    for p in PHASES}
-    out["runs"] = [{**{k: round(r[k], 4) for k in NUMERIC_KEYS}, "andrew_service_cpu_s": r["andrew_service_cpu_s"]}
+    if all("andrew_requests" in r for r in runs):
+        # Requests per phase (the relay's counters): median over repeats of each key.
+        out["andrew_requests"] = {
+            p: {k: int(statistics.median(r["andrew_requests"].get(p, {}).get(k, 0) for r in runs))
+                for k in sorted({k for r in runs for k in r["andrew_requests"].get(p, {})})}
+            for p in PHASES}
+    out["runs"] = [{**{k: round(r[k], 4) for k in NUMERIC_KEYS}, "andrew_service_cpu_s": r["andrew_service_cpu_s"],
+                    **({"andrew_requests": r["andrew_requests"]} if "andrew_requests" in r else {})}
                    for r in runs]
     if runs and runs[0].get("system"):
         out["system"] = runs[0]["system"]
@@ -922,6 +1019,10 @@ def bench(args) -> None:
                         "compile": f"make -j{COMPILE_JOBS} {COMPILE_TARGET} per copy, one copy after another "
                                    "(Lua's own makefile: gcc -std=gnu99 -O2)"},
                 durability=DURABILITY,
+                requests=("andrew_requests per phase: the relay's STATUS counters before and after each phase "
+                          "(docs/RELAY.md): sent_read_only, sent_ordered, sent_compound, lookups_enoent, ops_<op>; "
+                          "system.client_counters_per_mount: `bftfs mount --status` at each unmount"),
+                mount_args=shlex.split(os.environ.get("BENCH_MOUNT_ARGS", "")),
                 cluster_args=p["cluster_args"]),
             "systems": systems,
             "ratios": ratios(systems),
@@ -1284,6 +1385,8 @@ def demo(args) -> None:
         systems[kind] = {f"andrew_{ph}_s": a.phases_s[ph] for ph in PHASES}
         systems[kind]["andrew_total_s"] = sum(a.phases_s.values())
         systems[kind]["service_cpu_s"] = sum(a.service_cpu_s.values())
+        systems[kind]["requests"] = {ph: (a.requests.get(ph, {}).get("sent_read_only", 0),
+                                          a.requests.get(ph, {}).get("sent_ordered", 0)) for ph in PHASES}
     head = ["Andrew" + str(n), SYSTEM_LABELS["pbft"], SYSTEM_LABELS["norep"], "PBFT/NO-REP"]
     rows = []
     for key, label in [(f"andrew_{ph}_s", PHASE_TITLES[ph]) for ph in PHASES] + [("andrew_total_s", "total")]:
@@ -1295,6 +1398,10 @@ def demo(args) -> None:
     print("  ".join("-" * w for w in widths))
     for r in rows:
         print("  ".join(v.ljust(widths[0]) if c == 0 else v.rjust(widths[c]) for c, v in enumerate(r)))
+    print("\nRequests the mount sent per phase (read-only + ordered): "
+          + "; ".join(f"{PHASE_TITLES[ph]}: PBFT {systems['pbft']['requests'][ph][0]}+"
+                      f"{systems['pbft']['requests'][ph][1]}, NO-REP {systems['norep']['requests'][ph][0]}+"
+                      f"{systems['norep']['requests'][ph][1]}" for ph in PHASES))
     print(f"\nCPU used meanwhile by the file system's own processes (they share this machine's "
           f"{os.cpu_count()} cores with gcc): PBFT (4 replicas, relay, FUSE daemon) "
           f"{systems['pbft']['service_cpu_s']:.1f} s, NO-REP (server, relay, FUSE daemon) "

@@ -45,9 +45,11 @@ const char* const kMountUsage =
     "  -o OPTS                extra FUSE mount options (comma list)\n"
     "  --attr-timeout S       seconds the kernel caches attributes (default 1)\n"
     "  --entry-timeout S      seconds the kernel caches names (default 1)\n"
-    "  --negative-timeout S   seconds the kernel caches \"no such name\" (default 0)\n"
+    "  --negative-timeout S   seconds the kernel caches \"no such name\" (default 1)\n"
     "  --no-default-permissions  let the service alone decide permissions (access() and open() ask it)\n"
     "  --log FILE             append the daemon's log to FILE (default: stderr while in the foreground)\n"
+    "  --status FILE          write the mount's counters (FUSE requests, requests sent, cache hits) to FILE\n"
+    "                         as JSON every second and at exit\n"
     "\n"
     "Semantics: close-to-open consistency, write-behind made final by close and fsync, hard-mount retries\n"
     "that an interrupt (e.g. Ctrl-C) ends with EINTR. Unmount with `bftfs umount MNT`.\n";
@@ -106,6 +108,8 @@ int cmd_mount(int argc, char** argv) {
       mo.default_permissions = false;
     } else if (a == "--log") {
       if (!value(log_file)) return usage_error(kMountUsage, "--log needs a file");
+    } else if (a == "--status") {
+      if (!value(mo.status_path)) return usage_error(kMountUsage, "--status needs a file");
     } else if (!a.empty() && a[0] == '-') {
       return usage_error(kMountUsage, "unknown option " + a);
     } else if (mountpoint.empty()) {
@@ -115,6 +119,11 @@ int cmd_mount(int argc, char** argv) {
     }
   }
   if (mountpoint.empty()) return usage_error(kMountUsage, "no mount point");
+  if (!mo.status_path.empty() && mo.status_path[0] != '/') {
+    // The daemon detaches into "/": keep the path the user meant.
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd) != nullptr) mo.status_path = std::string(cwd) + "/" + mo.status_path;
+  }
   if (local_dir.empty() == relay_sock.empty()) {
     return usage_error(kMountUsage, "exactly one backend is required (--relay SOCK or --local DIR)");
   }

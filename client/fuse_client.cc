@@ -8,12 +8,14 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <chrono>
 #include <ctime>
 #include <optional>
 #include <string>
+#include <thread>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -22,6 +24,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "replica/status_file.h"
 #include "services/fs/fs_service.h"
 
 namespace bftfs::client {
@@ -233,6 +236,7 @@ struct Waiter {
 
 struct FuseClient::Impl {
   MountOptions opt;
+  ClientCounters stats;
   NodeTable table{kRootHandle};
   Backend* backend = nullptr;
   fuse_session* se = nullptr;
@@ -289,10 +293,21 @@ struct FuseClient::Impl {
   // no answer).
   CallResult call(InterruptScope* scope, const fs::Request& r, bool read_only) {
     auto w = std::make_shared<Waiter>();
+    // A mutation of an object must execute after every write() of it answered before (a chmod or utimes after
+    // a write: the service executes in submission order): the object's staged writes go first, and take
+    // their local sequence numbers first (numbers order attribute updates: node_table.h). Other objects'
+    // staged writes need not: their order relative to this request is invisible to this client (its reads
+    // wait for them) and another client is promised them only after close (close-to-open).
+    if (!read_only) kick_writes_of(r);
     CallResult out;
     out.seq = next_seq.fetch_add(1);
     SubmitOptions so;
     so.read_only = read_only;
+    ++(read_only ? stats.requests_read_only : stats.requests_ordered);
+    if (!read_only) {
+      raise_attr_barrier(out.seq);
+      note_ordered_submit(out.seq);
+    }
     Callbacks cb;
     cb.on_final = [w](Final f) {
       {
@@ -311,12 +326,67 @@ struct FuseClient::Impl {
         lock.unlock();
         if (scope != nullptr) scope->set_wakeup(nullptr, nullptr);
         backend->cancel(tag);
+        // A mutation that may still execute at any later time: the attribute cache can no longer tell which
+        // attributes predate it, so it stops answering for the rest of this mount's life (rare: an interrupt).
+        if (!read_only) attr_barrier.store(UINT64_MAX);
         out.err = EINTR;
         return out;
       }
     }
     if (scope != nullptr) scope->set_wakeup(nullptr, nullptr);
+    // Every request submitted from now on is ordered after this mutation (or, read-only, runs on a state
+    // that includes it).
+    if (!read_only) {
+      raise_attr_barrier(next_seq.load());
+      // The attributes in this mutation's own result are the state right after it. If no other ordered
+      // request was submitted while it was in flight, nothing of this client can have changed them since:
+      // they count as fresh from now on (a number at or above the barrier), so that the kernel's next
+      // GETATTR of an object the mutation returned (the created file, the changed directory) costs no
+      // request. Otherwise they keep the mutation's own number (ordered by it, stale for the cache).
+      if (last_ordered_submit.load() == out.seq) out.seq = next_seq.fetch_add(1);
+    }
     return interpret(std::move(w->fin), out);
+  }
+
+  // The number of the last ordered request submitted (call() or a staged write).
+  std::atomic<std::uint64_t> last_ordered_submit{0};
+  void note_ordered_submit(std::uint64_t seq) {
+    std::uint64_t cur = last_ordered_submit.load();
+    while (cur < seq && !last_ordered_submit.compare_exchange_weak(cur, seq)) {
+    }
+  }
+
+  // `op` followed by a GETATTR of each directory in `dirs`: a mutation that changes directories (create,
+  // mkdir, unlink, rename...) returns their new attributes in the same request, because the kernel asks for
+  // them right after (it drops a directory's attributes when it changes, and needs its mode for the next
+  // permission check). The GETATTRs cannot fail once the op succeeded in those directories (one request is
+  // atomic), and go with root credentials (attributes are not permission-checked data).
+  static fs::Request with_dir_attrs(fs::Op op, std::initializer_list<fs::Handle> dirs) {
+    fs::Request r;
+    r.ops.push_back(std::move(op));
+    for (const fs::Handle& d : dirs) {
+      if (std::any_of(r.ops.begin() + 1, r.ops.end(), [&](const fs::Op& o) { return o.handle == d; })) continue;
+      fs::Op g = make_op(OpCode::kGetattr, fs::Cred{0, 0, {}});
+      g.handle = d;
+      r.ops.push_back(std::move(g));
+    }
+    return r;
+  }
+  // Puts the directory attributes of ops [first, end) of a successful result into the cache.
+  void note_dir_attrs(const CallResult& r, std::size_t first) {
+    if (r.err != 0) return;
+    for (std::size_t i = first; i < r.result.results.size(); ++i) {
+      const fs::OpResult& o = r.result.results[i];
+      if (o.code == OpCode::kGetattr && o.err == 0) table.update_attr(o.attr, r.seq);
+    }
+  }
+
+  // Attributes from requests numbered below the barrier are not answered from the attribute cache.
+  std::atomic<std::uint64_t> attr_barrier{0};
+  void raise_attr_barrier(std::uint64_t to) {
+    std::uint64_t cur = attr_barrier.load();
+    while (cur < to && !attr_barrier.compare_exchange_weak(cur, to)) {
+    }
   }
 
   static CallResult interpret(Final fin, CallResult out) {
@@ -396,6 +466,7 @@ struct FuseClient::Impl {
     op.name = name;
     InterruptScope scope(req, table);
     CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err == ENOENT) ++stats.lookups_enoent;
     if (r.err == ENOENT && opt.negative_timeout_s > 0) {
       fuse_entry_param e{};
       e.ino = 0;
@@ -415,9 +486,27 @@ struct FuseClient::Impl {
     InterruptScope scope(req, table);
     // Our own writes in flight: their size is in the overlay, but their mtime, ctime and blocks are the
     // service's (agreed time) and known only once they are final. stat after write must show them, so wait.
+    if (s->has_pending) kick_writes(id, stats.stage_sends_getattr);
     if (s->has_pending && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
       return (void)freply_err(req, EINTR);
     }
+    // The attribute cache (docs/CLIENT.md "Caching"): attributes that a final result brought less than
+    // attr_timeout ago -- a write's, a read's, a lookup's -- answer for the rest of that time, as the kernel's
+    // own cache would have if it had not dropped them (it drops them after every write: the size and times
+    // changed; the write's result carries the new ones). open() never uses this cache (close-to-open).
+    // A mutation of this client other than a write (create, unlink, rename, link, setattr...) may change
+    // attributes the cache holds (a parent's mtime, a target's nlink): attributes from requests submitted
+    // before it completed are not used (attr_barrier).
+    if (const auto now = table.snapshot(id);
+        now && !now->has_pending && opt.attr_timeout_s > 0 && now->attr_seq >= attr_barrier.load()) {
+      const double age_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - now->attr_time).count();
+      if (age_s >= 0 && age_s < opt.attr_timeout_s) {
+        ++stats.getattr_cache_hits;
+        const struct stat st = to_stat(now->attr);
+        return (void)freply_attr(req, &st, opt.attr_timeout_s - age_s);
+      }
+    }
+    ++stats.getattr_cache_misses;
     fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
     op.handle = s->handle;
     CallResult r = call(&scope, single(std::move(op)), true);
@@ -440,6 +529,10 @@ struct FuseClient::Impl {
     InterruptScope scope(req, table);
     // Truncation must follow our writes in flight (a truncate is ordered after them anyway; waiting also keeps
     // the overlay from extending the size the truncate sets).
+    if ((to_set & FUSE_SET_ATTR_SIZE) != 0) {
+      kick_writes(id, stats.stage_sends_mutation);
+      drop_prefetch(id);
+    }
     if ((to_set & FUSE_SET_ATTR_SIZE) != 0 && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
       return (void)freply_err(req, EINTR);
     }
@@ -511,10 +604,12 @@ struct FuseClient::Impl {
   void make_entry(fuse_req_t req, fs::Op op) {
     InterruptScope scope(req, table);
     const OpCode code = op.code;
-    CallResult r = call(&scope, single(std::move(op)), false);
+    const fs::Handle dir = code == OpCode::kLink ? op.handle2 : op.handle;
+    CallResult r = call(&scope, with_dir_attrs(std::move(op), {dir}), false);
     // The directory is gone (removed while we held it, e.g. as a cwd): no new entry there, as on Linux.
     if (r.err == ESTALE && code != OpCode::kLink) return (void)freply_err(req, ENOENT);
     if (r.err != 0) return (void)freply_err(req, r.err);
+    note_dir_attrs(r, 1);
     reply_entry(req, r.result.results[0].attr, r.seq);
   }
 
@@ -687,7 +782,8 @@ struct FuseClient::Impl {
     fs::Op op = make_op(OpCode::kRemove, cred);
     op.handle = *dir;
     op.name = name;
-    CallResult r = call(&scope, single(std::move(op)), false);
+    CallResult r = call(&scope, with_dir_attrs(std::move(op), {*dir}), false);
+    note_dir_attrs(r, 1);
     freply_err(req, r.err);
   }
 
@@ -698,7 +794,8 @@ struct FuseClient::Impl {
     op.handle = *dir;
     op.name = name;
     InterruptScope scope(req, table);
-    CallResult r = call(&scope, single(std::move(op)), false);
+    CallResult r = call(&scope, with_dir_attrs(std::move(op), {*dir}), false);
+    note_dir_attrs(r, 1);
     freply_err(req, r.err);
   }
 
@@ -751,7 +848,8 @@ struct FuseClient::Impl {
         return (void)freply_err(req, hide(scope, cred, *open_id, *to, newname, &then));
       }
     }
-    CallResult r = call(&scope, single(std::move(mv)), false);
+    CallResult r = call(&scope, with_dir_attrs(std::move(mv), {*from, *to}), false);
+    note_dir_attrs(r, 1);
     freply_err(req, r.err);
   }
 
@@ -785,6 +883,56 @@ struct FuseClient::Impl {
     return r.result.results[0].granted == want ? 0 : EACCES;
   }
 
+  // ---- open-time prefetch ----
+  // The data a READ at open brought (see open()), kept for the kernel's first reads of the file. Valid
+  // while the file's version (mtime, size) is the one read: our own writes and truncates change it.
+  struct Prefetch {
+    Bytes data;
+    bool eof = false;
+    DataVersion version;
+  };
+  static constexpr std::uint32_t kPrefetchBytes = 128u << 10;  // the kernel's usual first read of a file
+  std::mutex pf_mu;
+  std::unordered_map<FuseIno, Prefetch> prefetched;
+
+  // A read-only open of a regular file whose pages the kernel will not keep (no version recorded: the first
+  // open since the node was known): the kernel will read it from the start.
+  bool wants_prefetch(const NodeSnapshot& s, int flags) {
+    if ((flags & O_ACCMODE) != O_RDONLY || s.attr.type != fs::FileType::kRegular) return false;
+    if (!opt.default_permissions) return false;  // open() asks ACCESS first; keep the plain order
+    return !table.data_version(s.id).has_value();
+  }
+
+  // Answers a read of [off, off + size) from the open's prefetch when it holds that range (or its end of
+  // file) for the file's current version. Returns true if it replied.
+  bool serve_prefetched(fuse_req_t req, FuseIno id, std::size_t size, std::uint64_t off) {
+    const auto s = table.snapshot(id);
+    std::unique_lock<std::mutex> lock(pf_mu);
+    auto it = prefetched.find(id);
+    if (it == prefetched.end()) return false;
+    const Prefetch& p = it->second;
+    if (!s || s->has_pending || DataVersion{s->attr.mtime_ns, s->attr.size} != p.version) {
+      prefetched.erase(it);  // changed since the open: read from the service
+      return false;
+    }
+    const std::uint64_t have = p.data.size();
+    if (off + size > have && !p.eof) return false;  // beyond what was read: ask the service
+    const std::uint64_t from = std::min<std::uint64_t>(off, have);
+    const std::uint64_t n = std::min<std::uint64_t>(size, have - from);
+    Bytes out(p.data.begin() + static_cast<std::ptrdiff_t>(from),
+              p.data.begin() + static_cast<std::ptrdiff_t>(from + n));
+    if (off + size >= have) prefetched.erase(it);  // the kernel has it all now
+    lock.unlock();
+    ++stats.read_prefetch_hits;
+    freply_buf(req, reinterpret_cast<const char*>(out.data()), out.size());
+    return true;
+  }
+
+  void drop_prefetch(FuseIno id) {
+    std::lock_guard<std::mutex> lock(pf_mu);
+    prefetched.erase(id);
+  }
+
   void open(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     const auto s = table.snapshot(id);
     if (!s) return (void)freply_err(req, ESTALE);
@@ -793,7 +941,29 @@ struct FuseClient::Impl {
     NsLock ns(ns_mu, scope, false);
     if (!ns.held()) return (void)freply_err(req, EINTR);
     fs::Attr attr = s->attr;
-    if (!s->has_pending) {
+    bool revalidated = false;
+    if (!s->has_pending && wants_prefetch(*s, fi->flags)) {
+      // Close-to-open revalidation by a READ of the file's start instead of a GETATTR: its result carries
+      // the attributes too, and the data the kernel is about to ask for (it holds no pages of this file that
+      // it may keep), so the first read costs no request (docs/CLIENT.md "Data cache").
+      fs::Op op = make_op(OpCode::kRead, cred);
+      op.handle = s->handle;
+      op.offset = 0;
+      op.count = kPrefetchBytes;
+      CallResult r = call(&scope, single(std::move(op)), true);
+      if (r.err == EINTR) return (void)freply_err(req, EINTR);
+      if (r.err == 0) {
+        fs::OpResult& res = r.result.results[0];
+        table.update_attr(res.attr, r.seq);
+        attr = res.attr;
+        revalidated = true;
+        ++stats.open_prefetches;
+        std::lock_guard<std::mutex> lock(pf_mu);
+        prefetched[id] = Prefetch{std::move(res.data), res.eof != 0, DataVersion{attr.mtime_ns, attr.size}};
+      }
+      // Any error: the GETATTR below decides (and reports the error open() should give).
+    }
+    if (!s->has_pending && !revalidated) {
       // Close-to-open: the attributes at open come from the service, never from a cache.
       fs::Op op = make_op(OpCode::kGetattr, cred);
       op.handle = s->handle;
@@ -843,13 +1013,20 @@ struct FuseClient::Impl {
       t.size = 0;
       r.ops.push_back(std::move(t));
     }
+    const std::size_t file_op = r.ops.size() - 1;  // the CREATE, or the truncating SETATTR after it
+    {
+      fs::Op g = make_op(OpCode::kGetattr, fs::Cred{0, 0, {}});  // the directory: see with_dir_attrs
+      g.handle = *dir;
+      r.ops.push_back(std::move(g));
+    }
     InterruptScope scope(req, table);
     NsLock ns(ns_mu, scope, false);
     if (!ns.held()) return (void)freply_err(req, EINTR);
     CallResult res = call(&scope, r, false);
     if (res.err != 0) return (void)freply_err(req, res.err);
     if (res.result.results[0].attr.type == fs::FileType::kDirectory) return (void)freply_err(req, EISDIR);
-    const fs::Attr& attr = res.result.results.back().attr;
+    note_dir_attrs(res, file_op + 1);
+    const fs::Attr& attr = res.result.results[file_op].attr;
     const FuseIno id = table.remember(attr, res.seq);
     (void)table.opened(id, DataVersion{attr.mtime_ns, attr.size});
     auto* of = new OpenFile{id, fi->flags, cred};
@@ -877,7 +1054,9 @@ struct FuseClient::Impl {
     if (off < 0) return (void)freply_err(req, EINVAL);
     InterruptScope scope(req, table);
     // Read-your-writes: the data of our writes in flight is only in the service once they are final.
+    kick_writes(id, stats.stage_sends_read);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+    if (serve_prefetched(req, id, size, static_cast<std::uint64_t>(off))) return;
     const fs::Cred cred = io_cred(of, id, 4);
     Bytes data;
     std::uint64_t pos = static_cast<std::uint64_t>(off);
@@ -912,6 +1091,7 @@ struct FuseClient::Impl {
     {
       InterruptScope scope(req, table);
       const std::uint64_t limit = opt.write_behind_bytes_max > size ? opt.write_behind_bytes_max - size : 0;
+      if (table.pending_bytes() > limit) kick_all_writes();  // staged bytes count: send them
       if (!table.wait_pending_below(limit, [&] { return scope.interrupted(); })) {
         return (void)freply_err(req, EINTR);
       }
@@ -921,7 +1101,6 @@ struct FuseClient::Impl {
     // One WRITE op of at most 512 KiB per request: a PBFT operation is at most 1 MiB including the shim's
     // envelope, so two maximal ops would not fit. The requests execute in submission order, so a large
     // write() is applied in order, like NFS WRITEs of wsize each (not atomic against other clients').
-    NodeTable* t = &table;
     size_t done = 0;
     do {
       const size_t n = std::min<size_t>(fs::kIoBytesMax, size - done);
@@ -931,24 +1110,154 @@ struct FuseClient::Impl {
       op.offset = append ? 0 : static_cast<std::uint64_t>(off) + done;
       op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
                      reinterpret_cast<const std::uint8_t*>(buf) + done + n);
-      const std::uint64_t seq = next_seq.fetch_add(1);
-      const std::uint64_t offset = op.offset;
-      table.write_submitted(id, offset, n, append);
-      Callbacks cb;
-      cb.on_final = [t, id, offset, n, seq](Final f) {
-        CallResult out = interpret(std::move(f), CallResult{});
-        std::optional<fs::Attr> attr;
-        if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
-        t->write_finished(id, offset, n, static_cast<std::uint32_t>(out.err), attr, seq);
-      };
-      (void)backend->submit(single(std::move(op)), SubmitOptions{}, std::move(cb));
+      table.write_submitted(id, op.offset, n, append);
+      queue_write(id, std::move(op));
+      drop_prefetch(id);
       done += n;
     } while (done < size);
     freply_write(req, size);
   }
 
+  // ---- write coalescing ----
+  // write() is answered at once (write-behind) and its data is staged per file; the staged pieces go out as
+  // one request when they reach kIoBytesMax or kCoalesceOpsMax ops, when anything needs them at the service
+  // (flush at close, fsync, release, a read or getattr of the file, a truncate, any other mutation of this
+  // client, the write-behind memory bound, unmount), and at the latest kStageDelay after the first piece
+  // was staged (so a file that stays open reaches the service anyway, as NFS's periodic write-back does).
+  // A writer of many small pieces (as, ar, ld write an object file in dozens of small writes) then costs one
+  // ordered request per file instead of one per write(). Contiguous pieces merge into one WRITE op; others
+  // become further ops of the same compound request, which the service executes in order, all or nothing
+  // (docs/FILESERVICE.md §1): the same effect as sending them one by one in that order. Every piece stays in
+  // the node table's overlay (write_submitted) until its request is final, so waiters (flush, fsync, read,
+  // getattr) kick the staged pieces out first and then wait for them as for any write in flight.
+  struct WritePiece {
+    std::uint64_t offset = 0;
+    std::uint64_t len = 0;
+  };
+  struct StagedRequest {
+    fs::Request request;
+    std::vector<WritePiece> pieces;
+    std::size_t bytes = 0;
+    std::chrono::steady_clock::time_point since;  // when the first piece was staged
+  };
+  std::mutex wq_mu;
+  std::condition_variable wq_cv;  // wakes the stage flusher
+  bool wq_stopping = false;
+  std::map<FuseIno, StagedRequest> staged_writes;  // by node; ordered so kick_all goes in a fixed order
+  std::thread stage_flusher;
+  static constexpr std::size_t kCoalesceOpsMax = 32;  // ops per coalesced request (the wire allows 64)
+  static constexpr std::chrono::milliseconds kStageDelay{20};
+
+  void queue_write(FuseIno id, fs::Op op) {
+    const WritePiece piece{op.offset, op.data.size()};
+    std::lock_guard<std::mutex> lock(wq_mu);
+    auto it = staged_writes.find(id);
+    if (it != staged_writes.end() && (it->second.bytes + op.data.size() > fs::kIoBytesMax ||
+                                      it->second.request.ops.size() >= kCoalesceOpsMax)) {
+      submit_staged_locked(it, stats.stage_sends_full);
+      it = staged_writes.end();
+    }
+    if (it == staged_writes.end()) {
+      it = staged_writes.emplace(id, StagedRequest{}).first;
+      it->second.since = std::chrono::steady_clock::now();
+      if (staged_writes.size() == 1) wq_cv.notify_all();
+    } else {
+      ++stats.writes_coalesced;
+    }
+    StagedRequest& st = it->second;
+    st.bytes += op.data.size();
+    st.pieces.push_back(piece);
+    fs::Op* last = st.request.ops.empty() ? nullptr : &st.request.ops.back();
+    if (last != nullptr && !op.append && !last->append && last->offset + last->data.size() == op.offset &&
+        last->cred == op.cred) {
+      last->data.insert(last->data.end(), op.data.begin(), op.data.end());  // contiguous: one op
+    } else {
+      st.request.ops.push_back(std::move(op));
+    }
+    if (st.bytes >= fs::kIoBytesMax) submit_staged_locked(it, stats.stage_sends_full);
+  }
+
+  // Submits node `id`'s staged writes now, if any.
+  void kick_writes(FuseIno id, std::atomic<std::uint64_t>& reason) {
+    std::lock_guard<std::mutex> lock(wq_mu);
+    if (auto it = staged_writes.find(id); it != staged_writes.end()) submit_staged_locked(it, reason);
+  }
+  // Kicks the staged writes of every object a request names by handle.
+  void kick_writes_of(const fs::Request& r) {
+    {
+      std::lock_guard<std::mutex> lock(wq_mu);
+      if (staged_writes.empty()) return;
+    }
+    for (const fs::Op& op : r.ops) {
+      for (const fs::Handle* h : {&op.handle, &op.handle2}) {
+        if (h->is_ref || h->ino == 0) continue;
+        if (const auto id = table.find(*h)) kick_writes(*id, stats.stage_sends_mutation);
+      }
+    }
+  }
+  void kick_all_writes() {
+    std::lock_guard<std::mutex> lock(wq_mu);
+    while (!staged_writes.empty()) submit_staged_locked(staged_writes.begin(), stats.stage_sends_other);
+  }
+
+  // Submits and forgets one staged request. With wq_mu held, so that requests leave in staging order
+  // (submit only queues; callbacks run on the backend's thread and never take wq_mu).
+  void submit_staged_locked(std::map<FuseIno, StagedRequest>::iterator it, std::atomic<std::uint64_t>& reason) {
+    ++reason;
+    const FuseIno id = it->first;
+    StagedRequest r = std::move(it->second);
+    staged_writes.erase(it);
+    BFT_ASSERT(!r.request.ops.empty());
+    const std::uint64_t seq = next_seq.fetch_add(1);
+    note_ordered_submit(seq);
+    Callbacks cb;
+    cb.on_final = [this, id, pieces = std::move(r.pieces), seq](Final f) {
+      CallResult out = interpret(std::move(f), CallResult{});
+      std::optional<fs::Attr> attr;
+      if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
+      for (const WritePiece& p : pieces) {
+        table.write_finished(id, p.offset, p.len, static_cast<std::uint32_t>(out.err), attr, seq);
+      }
+    };
+    ++stats.requests_ordered;
+    (void)backend->submit(r.request, SubmitOptions{}, std::move(cb));
+  }
+
+  // The stage flusher's loop: sends staged writes older than kStageDelay.
+  void flush_stale_stages() {
+    std::unique_lock<std::mutex> lock(wq_mu);
+    while (!wq_stopping) {
+      if (staged_writes.empty()) {
+        wq_cv.wait(lock);
+        continue;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      auto oldest = now;
+      for (auto it = staged_writes.begin(); it != staged_writes.end();) {
+        auto next = std::next(it);
+        if (now - it->second.since >= kStageDelay) {
+          submit_staged_locked(it, stats.stage_sends_timer);
+        } else {
+          oldest = std::min(oldest, it->second.since);
+        }
+        it = next;
+      }
+      if (!staged_writes.empty()) wq_cv.wait_until(lock, oldest + kStageDelay);
+    }
+  }
+  void start_stage_flusher() { stage_flusher = std::thread([this] { flush_stale_stages(); }); }
+  void stop_stage_flusher() {
+    {
+      std::lock_guard<std::mutex> lock(wq_mu);
+      wq_stopping = true;
+    }
+    wq_cv.notify_all();
+    if (stage_flusher.joinable()) stage_flusher.join();
+  }
+
   void flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     InterruptScope scope(req, table);
+    kick_writes(id, stats.stage_sends_close);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
     // The kernel may have cached attributes from before the last write became final (mtime and ctime are the
     // service's): after close, stat must show the write, so drop them (attributes only; safe in a handler:
@@ -962,7 +1271,9 @@ struct FuseClient::Impl {
   void release(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     auto* of = reinterpret_cast<OpenFile*>(fi->fh);
     // Nobody receives release's answer; the writes still have to be final before the file counts as closed.
+    kick_writes(id, stats.stage_sends_close);
     (void)table.wait_writes(id, nullptr);
+    drop_prefetch(id);
     const auto hidden = table.released(id);
     if (hidden) remove_hidden(*hidden);
     delete of;
@@ -973,6 +1284,7 @@ struct FuseClient::Impl {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     InterruptScope scope(req, table);
+    kick_writes(id, stats.stage_sends_fsync);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
     const std::uint32_t werr = table.take_write_error(id);
     if (werr != 0) return (void)freply_err(req, static_cast<int>(werr));
@@ -1096,6 +1408,15 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   // per directory chunk; symlink targets cached by the kernel (they never change).
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_ATOMIC_O_TRUNC);
+  // No automatic data invalidation: with it the kernel asks GETATTR before reads whenever its attributes
+  // are stale (after every write of ours) and drops the file's pages whenever mtime moved -- which every
+  // write of ours does (the agreed time), so a program that writes and reads back its own output (ld, as)
+  // would read every page from the service again, and each of those GETATTRs would push out the writes
+  // being coalesced. Close-to-open needs neither: open() revalidates and decides whether the pages stay
+  // (keep_cache); a size change seen later still drops the pages (the kernel always does that), and reads
+  // past the cached end of file still ask for the size. What an open descriptor no longer sees is another
+  // client's same-size overwrite before it reopens the file (docs/CLIENT.md "Data cache").
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);
   if ((conn->capable & FUSE_CAP_READDIRPLUS) != 0) conn->want |= FUSE_CAP_READDIRPLUS;
   if ((conn->capable & FUSE_CAP_READDIRPLUS_AUTO) != 0) conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
   if ((conn->capable & FUSE_CAP_CACHE_SYMLINKS) != 0) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
@@ -1105,7 +1426,10 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->max_readahead = static_cast<unsigned>(fs::kIoBytesMax);
 }
 
-void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) { impl_of(req)->lookup(req, parent, name); }
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ++impl_of(req)->stats.fuse_lookup;
+  impl_of(req)->lookup(req, parent, name);
+}
 void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
   impl_of(req)->forget(ino, n);
   freply_none(req);
@@ -1114,54 +1438,101 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* f) {
   for (size_t i = 0; i < count; ++i) impl_of(req)->forget(f[i].ino, f[i].nlookup);
   freply_none(req);
 }
-void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { impl_of(req)->getattr(req, ino); }
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_getattr;
+  impl_of(req)->getattr(req, ino);
+}
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_setattr;
   impl_of(req)->setattr(req, ino, attr, to_set);
 }
-void op_readlink(fuse_req_t req, fuse_ino_t ino) { impl_of(req)->readlink(req, ino); }
+void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+  ++impl_of(req)->stats.fuse_other;
+  impl_of(req)->readlink(req, ino);
+}
 void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->mknod(req, parent, name, mode, rdev);
 }
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->mkdir(req, parent, name, mode);
 }
-void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) { impl_of(req)->unlink(req, parent, name); }
-void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) { impl_of(req)->rmdir(req, parent, name); }
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ++impl_of(req)->stats.fuse_namespace;
+  impl_of(req)->unlink(req, parent, name);
+}
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ++impl_of(req)->stats.fuse_namespace;
+  impl_of(req)->rmdir(req, parent, name);
+}
 void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->symlink(req, link, parent, name);
 }
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
                unsigned int flags) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->rename(req, parent, name, newparent, newname, flags);
 }
 void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  ++impl_of(req)->stats.fuse_namespace;
   impl_of(req)->link(req, ino, newparent, newname);
 }
-void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->open(req, ino, fi); }
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_open;
+  impl_of(req)->open(req, ino, fi);
+}
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_read;
   impl_of(req)->read(req, ino, size, off, fi);
 }
 void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_write;
   impl_of(req)->write(req, ino, buf, size, off, fi);
 }
-void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->flush(req, ino, fi); }
-void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->release(req, ino, fi); }
-void op_fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
-void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) { impl_of(req)->opendir(req, ino, fi); }
+void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_flush;
+  impl_of(req)->flush(req, ino, fi);
+}
+void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_release;
+  impl_of(req)->release(req, ino, fi);
+}
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_fsync;
+  impl_of(req)->fsync(req, ino);
+}
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_other;
+  impl_of(req)->opendir(req, ino, fi);
+}
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_readdir;
   impl_of(req)->readdir(req, ino, size, off, false);
 }
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_readdir;
   impl_of(req)->readdir(req, ino, size, off, true);
 }
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   (void)impl_of(req)->table.released(ino);
   freply_err(req, 0);
 }
-void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) { impl_of(req)->fsync(req, ino); }
-void op_statfs(fuse_req_t req, fuse_ino_t) { impl_of(req)->statfs(req); }
-void op_access(fuse_req_t req, fuse_ino_t ino, int mask) { impl_of(req)->access(req, ino, mask); }
+void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  ++impl_of(req)->stats.fuse_fsync;
+  impl_of(req)->fsync(req, ino);
+}
+void op_statfs(fuse_req_t req, fuse_ino_t) {
+  ++impl_of(req)->stats.fuse_other;
+  impl_of(req)->statfs(req);
+}
+void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  ++impl_of(req)->stats.fuse_other;
+  impl_of(req)->access(req, ino, mask);
+}
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  ++impl_of(req)->stats.fuse_create;
   impl_of(req)->create(req, parent, name, mode, fi);
 }
 
@@ -1235,10 +1606,95 @@ std::string FuseClient::mount(const std::string& mountpoint, const std::string& 
   return "";
 }
 
+std::string ClientCounters::json() const {
+  JsonObject j;
+  j.add("pid", static_cast<std::uint64_t>(::getpid()))
+      .add("fuse_lookup", fuse_lookup.load())
+      .add("fuse_getattr", fuse_getattr.load())
+      .add("fuse_setattr", fuse_setattr.load())
+      .add("fuse_open", fuse_open.load())
+      .add("fuse_create", fuse_create.load())
+      .add("fuse_read", fuse_read.load())
+      .add("fuse_write", fuse_write.load())
+      .add("fuse_flush", fuse_flush.load())
+      .add("fuse_release", fuse_release.load())
+      .add("fuse_fsync", fuse_fsync.load())
+      .add("fuse_readdir", fuse_readdir.load())
+      .add("fuse_namespace", fuse_namespace.load())
+      .add("fuse_other", fuse_other.load())
+      .add("requests_read_only", requests_read_only.load())
+      .add("requests_ordered", requests_ordered.load())
+      .add("lookups_enoent", lookups_enoent.load())
+      .add("getattr_cache_hits", getattr_cache_hits.load())
+      .add("getattr_cache_misses", getattr_cache_misses.load())
+      .add("open_prefetches", open_prefetches.load())
+      .add("read_prefetch_hits", read_prefetch_hits.load())
+      .add("writes_coalesced", writes_coalesced.load())
+      .add("stage_sends_full", stage_sends_full.load())
+      .add("stage_sends_timer", stage_sends_timer.load())
+      .add("stage_sends_getattr", stage_sends_getattr.load())
+      .add("stage_sends_read", stage_sends_read.load())
+      .add("stage_sends_close", stage_sends_close.load())
+      .add("stage_sends_fsync", stage_sends_fsync.load())
+      .add("stage_sends_mutation", stage_sends_mutation.load())
+      .add("stage_sends_other", stage_sends_other.load());
+  return j.str() + "\n";
+}
+
+const ClientCounters& FuseClient::counters() const { return impl_->stats; }
+
+namespace {
+
+// Rewrites `path` with the counters every second until stopped, and once more at the end (RAII).
+class StatusWriter {
+ public:
+  StatusWriter(const std::string& path, const ClientCounters& c) : path_(path), c_(c) {
+    if (!path_.empty()) thread_ = std::thread([this] { loop(); });
+  }
+  ~StatusWriter() {
+    if (path_.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    write();
+  }
+  StatusWriter(const StatusWriter&) = delete;
+  StatusWriter& operator=(const StatusWriter&) = delete;
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      write();
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
+    }
+  }
+  void write() {
+    if (std::string err = write_file_atomically(path_, c_.json()); !err.empty()) {
+      LOG_WARN("", "client: status file: %s", err.c_str());
+    }
+  }
+  const std::string path_;
+  const ClientCounters& c_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 int FuseClient::serve(Backend& backend) {
   BFT_ASSERT(impl_->se != nullptr);
+  StatusWriter status(impl_->opt.status_path, impl_->stats);
   impl_->backend = &backend;
   if (fuse_set_signal_handlers(impl_->se) != 0) return -1;
+  impl_->start_stage_flusher();
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(cfg, impl_->opt.max_threads);
   fuse_loop_cfg_set_idle_threads(cfg, 4);
@@ -1246,6 +1702,8 @@ int FuseClient::serve(Backend& backend) {
   fuse_loop_cfg_destroy(cfg);
   fuse_remove_signal_handlers(impl_->se);
   // Writes answered but not yet final must still reach the service before we go.
+  impl_->kick_all_writes();
+  impl_->stop_stage_flusher();
   impl_->table.wait_all_writes();
   fuse_session_unmount(impl_->se);
   impl_->mounted.store(false);

@@ -34,10 +34,36 @@ namespace bftfs::client {
 struct MountOptions {
   double attr_timeout_s = 1.0;
   double entry_timeout_s = 1.0;
-  double negative_timeout_s = 0.0;  // no negative entries by default: another client's create shows at once
+  double negative_timeout_s = 1.0;  // "no such name" is cached as long as names are (docs/CLIENT.md)
   bool default_permissions = true;  // false: the kernel asks access()/open() and the service decides alone
   std::uint64_t write_behind_bytes_max = 16u << 20;  // write() blocks while this much is in flight
   unsigned max_threads = 32;
+  // If set, the daemon writes its counters (ClientCounters) there as JSON every second and at exit.
+  std::string status_path;
+};
+
+// What the mount did, for `--status FILE` and benchmarks (requests per file operation). Thread-safe: every
+// counter is an atomic that handlers bump.
+struct ClientCounters {
+  // FUSE requests received, by kind.
+  std::atomic<std::uint64_t> fuse_lookup{0}, fuse_getattr{0}, fuse_setattr{0}, fuse_open{0}, fuse_create{0},
+      fuse_read{0}, fuse_write{0}, fuse_flush{0}, fuse_release{0}, fuse_fsync{0}, fuse_readdir{0},
+      fuse_namespace{0};  // namespace: mkdir, mknod, symlink, link, unlink, rmdir, rename
+  std::atomic<std::uint64_t> fuse_other{0};  // readlink, opendir, statfs, access, forget
+  // Requests sent to the backend.
+  std::atomic<std::uint64_t> requests_read_only{0}, requests_ordered{0};
+  // Answers from the client's own cache instead of a request (docs/CLIENT.md "Caching").
+  std::atomic<std::uint64_t> lookups_enoent{0};      // LOOKUPs the service answered ENOENT
+  std::atomic<std::uint64_t> getattr_cache_hits{0};  // getattr answered from attributes fresher than attr_timeout
+  std::atomic<std::uint64_t> getattr_cache_misses{0};
+  std::atomic<std::uint64_t> open_prefetches{0};     // opens revalidated by a READ that also brought data
+  std::atomic<std::uint64_t> read_prefetch_hits{0};  // reads answered from an open's prefetched data
+  std::atomic<std::uint64_t> writes_coalesced{0};    // write() pieces sent in a request with an earlier one
+  // Why staged writes were sent (docs/CLIENT.md "Coalescing").
+  std::atomic<std::uint64_t> stage_sends_full{0}, stage_sends_timer{0}, stage_sends_getattr{0},
+      stage_sends_read{0}, stage_sends_close{0}, stage_sends_fsync{0}, stage_sends_mutation{0},
+      stage_sends_other{0};
+  std::string json() const;
 };
 
 class FuseClient {
@@ -53,6 +79,7 @@ class FuseClient {
   // Serves requests until unmounted or a termination signal; the backend must be attached. Returns 0 or -1.
   // Then waits for every pending write and unmounts if still mounted.
   int serve(Backend& backend);
+  const ClientCounters& counters() const;
 
   // For the handlers (public so the C trampolines can reach them).
   struct Impl;

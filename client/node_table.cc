@@ -44,6 +44,8 @@ NodeSnapshot NodeTable::snap(const Node& n) const {
   if (n.silly && s.attr.nlink > 0) s.attr.nlink -= 1;
   s.has_pending = n.writes_in_flight > 0;
   s.opens = n.opens;
+  s.attr_time = n.attr_time;
+  s.attr_seq = n.attr_seq;
   return s;
 }
 
@@ -59,6 +61,7 @@ FuseIno NodeTable::remember(const fs::Attr& attr, std::uint64_t seq) {
     n.handle = fs::Handle::of(attr.ino, attr.generation);
     n.attr = attr;
     n.attr_seq = seq;
+    n.attr_time = std::chrono::steady_clock::now();
     nodes_.emplace(id, std::move(n));
     by_handle_.emplace(k, id);
   } else {
@@ -69,6 +72,7 @@ FuseIno NodeTable::remember(const fs::Attr& attr, std::uint64_t seq) {
   if (seq >= n->attr_seq) {
     n->attr = attr;
     n->attr_seq = seq;
+    n->attr_time = std::chrono::steady_clock::now();
   }
   if (id != kRootNode) n->nlookup += 1;
   return id;
@@ -128,6 +132,7 @@ void NodeTable::update_attr(const fs::Attr& attr, std::uint64_t seq) {
   if (seq < n->attr_seq) return;
   n->attr = attr;
   n->attr_seq = seq;
+  n->attr_time = std::chrono::steady_clock::now();
 }
 
 void NodeTable::write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t len, bool append) {
@@ -159,6 +164,7 @@ void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t l
     if (attr && seq >= n->attr_seq) {
       n->attr = *attr;
       n->attr_seq = seq;
+      n->attr_time = std::chrono::steady_clock::now();
       // Our page cache holds what we wrote: the version after our own write is still "ours".
       if (n->opens > 0) n->data_version = DataVersion{attr->mtime_ns, attr->size};
     }
@@ -224,6 +230,12 @@ bool NodeTable::opened(FuseIno id, const DataVersion& now) {
   if (n->opens == 0) open_nodes_ += 1;
   n->opens += 1;
   return keep;
+}
+
+std::optional<DataVersion> NodeTable::data_version(FuseIno id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Node* n = get(id);
+  return n == nullptr ? std::nullopt : n->data_version;
 }
 
 std::optional<SillyName> NodeTable::released(FuseIno id) {

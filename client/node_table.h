@@ -14,6 +14,7 @@
 // Thread safety: every member takes the table's mutex; waiters (pending writes) use its condition variable.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -50,6 +51,9 @@ struct NodeSnapshot {
   fs::Attr attr;            // effective: committed + overlay (and nlink without the hidden silly name)
   bool has_pending = false;  // asynchronous writes in flight
   std::uint32_t opens = 0;
+  // When the committed attributes arrived in a final result (the client's attribute cache: docs/CLIENT.md).
+  std::chrono::steady_clock::time_point attr_time{};
+  std::uint64_t attr_seq = 0;  // the local number of the request whose final result gave `attr`
 };
 
 class NodeTable {
@@ -102,6 +106,9 @@ class NodeTable {
   // An open began: returns true if the kernel may keep its page cache (the data version at the last open or
   // own write equals `now`); records `now` as the current version.
   bool opened(FuseIno id, const DataVersion& now);
+  // The data version recorded at the last open or own write (nullopt if none: the kernel holds no pages the
+  // client let it keep).
+  std::optional<DataVersion> data_version(FuseIno id) const;
   // The last release of this open; returns the silly name to remove if this was the last open of a file
   // hidden by a silly rename (and forgets the name).
   std::optional<SillyName> released(FuseIno id);
@@ -120,6 +127,7 @@ class NodeTable {
     std::uint64_t nlookup = 0;
     fs::Attr attr;              // committed layer
     std::uint64_t attr_seq = 0;
+    std::chrono::steady_clock::time_point attr_time{};  // when `attr` arrived
     // overlay
     std::uint64_t writes_in_flight = 0;
     std::uint64_t bytes_in_flight = 0;

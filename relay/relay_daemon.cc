@@ -42,6 +42,7 @@ struct Pending {
   bool first_seen = false;       // the library delivered a first reply (forwarded or not)
   bool first_sent = false;       // a FIRST frame went to the mount
   bool read_only = false;        // submitted with the read-only optimization allowed
+  bool single_lookup = false;    // one LOOKUP op (counted when its final says ENOENT)
 };
 
 // What libevent hands a connection's callbacks: the daemon and the connection's id (a closed connection's id
@@ -75,7 +76,24 @@ struct Counters {
   std::uint64_t slow_disconnects = 0;  // connections closed for not reading
   std::uint64_t bad_results = 0;  // results fs::decode_result rejected (never forwarded)
   std::uint64_t read_pauses = 0;  // a mount not read for a while: too many requests in flight
+  // What the mounts ask for (docs/RELAY.md: the cost of a file operation in requests). Counted at SUBMIT, for
+  // requests the relay sends on (not the refused ones).
+  std::uint64_t sent_read_only = 0;  // submitted with the read-only optimization allowed
+  std::uint64_t sent_ordered = 0;    // the others: each one a PBFT agreement (a NO-REP log append)
+  std::uint64_t sent_compound = 0;   // requests with more than one op
+  std::uint64_t ops_by_code[fs::kOpCodeMax + 1] = {};  // ops inside the sent requests, by op code
+  std::uint64_t lookups_enoent = 0;  // final results of one-op LOOKUP requests that said ENOENT
 };
+
+// The name of an op code in STATUS keys ("ops_lookup"); codes are validated by the decoder.
+const char* op_key(std::uint8_t code) {
+  static constexpr const char* kNames[fs::kOpCodeMax + 1] = {
+      "ops_unknown", "ops_lookup", "ops_getattr", "ops_setattr", "ops_read",     "ops_write",    "ops_create",
+      "ops_remove",  "ops_mkdir",  "ops_rmdir",   "ops_rename",  "ops_link",     "ops_symlink",  "ops_readlink",
+      "ops_readdir", "ops_statfs", "ops_fsync",   "ops_readdirplus", "ops_mknod", "ops_access"};
+  BFT_ASSERT(code <= fs::kOpCodeMax);
+  return kNames[code];
+}
 
 }  // namespace
 
@@ -327,6 +345,10 @@ struct RelayDaemon::Impl {
     Pending p;
     p.report_first = (s.flags & relay::kFlagReportFirst) != 0;
     p.read_only = read_only;
+    p.single_lookup = req.ops.size() == 1 && req.ops[0].code == fs::OpCode::kLookup;
+    ++(read_only ? c.sent_read_only : c.sent_ordered);
+    if (req.ops.size() > 1) ++c.sent_compound;
+    for (const fs::Op& op : req.ops) ++c.ops_by_code[static_cast<std::uint8_t>(op.code)];
     const std::uint64_t conn_id = conn.id;
     const std::uint64_t tag = s.tag;
     const std::size_t size = s.request.size();
@@ -405,6 +427,14 @@ struct RelayDaemon::Impl {
   }
 
   void finish(Conn& conn, std::uint64_t tag, relay::FinalStatus status, Bytes result) {
+    if (auto it = conn.pending.find(tag); it != conn.pending.end() && it->second.single_lookup &&
+                                          status != relay::FinalStatus::kRefused) {
+      fs::Result r;  // small: one LOOKUP's result (already validated by result_ok)
+      if (fs::decode_result(result, r) == fs::FsDecodeError::kOk && r.outcome == fs::Outcome::kOpFailed &&
+          r.stop < r.results.size() && r.results[r.stop].err == fs::err::kNoEnt) {
+        ++c.lookups_enoent;
+      }
+    }
     conn.pending.erase(tag);
     if (status == relay::FinalStatus::kRefused) {
       ++c.refused;
@@ -504,7 +534,12 @@ struct RelayDaemon::Impl {
         << "protocol_errors " << c.protocol_errors << "\n"
         << "slow_disconnects " << c.slow_disconnects << "\n"
         << "bad_results " << c.bad_results << "\n"
-        << "read_pauses " << c.read_pauses << "\n";
+        << "read_pauses " << c.read_pauses << "\n"
+        << "sent_read_only " << c.sent_read_only << "\n"
+        << "sent_ordered " << c.sent_ordered << "\n"
+        << "sent_compound " << c.sent_compound << "\n"
+        << "lookups_enoent " << c.lookups_enoent << "\n";
+    for (std::uint8_t code = 1; code <= fs::kOpCodeMax; ++code) out << op_key(code) << " " << c.ops_by_code[code] << "\n";
     if (!o.norep) {
       out << "reads_ordered " << spec->stats().reads_ordered << "\n"
           << "read_only_fallbacks " << spec->client_stats().read_only_fallbacks << "\n";
@@ -527,7 +562,12 @@ struct RelayDaemon::Impl {
         .add("retransmissions", retransmissions())
         .add("replicas_trusted", trusted_replicas())
         .add("protocol_errors", c.protocol_errors)
+        .add("sent_read_only", c.sent_read_only)
+        .add("sent_ordered", c.sent_ordered)
+        .add("sent_compound", c.sent_compound)
+        .add("lookups_enoent", c.lookups_enoent)
         .add("updated_unix_ms", realtime_ns() / 1000000);
+    for (std::uint8_t code = 1; code <= fs::kOpCodeMax; ++code) j.add(op_key(code), c.ops_by_code[code]);
     if (std::string err = write_file_atomically(o.status_path, j.str() + "\n"); !err.empty()) {
       LOG_WARN(kLog, "status file: %s", err.c_str());
     }

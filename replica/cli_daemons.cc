@@ -65,11 +65,13 @@ int cmd_replica(int argc, char** argv) {
 int cmd_norep(int argc, char** argv) {
   ArgParser p("norep",
               "Runs the unreplicated baseline: one server executing every authenticated request at once and\n"
-              "answering with the full result. It authenticates as replica 0 of CONFIG. Without --durable it keeps\n"
-              "no log (a restart loses the state); with --durable it group-commits each executed request to a\n"
-              "write-ahead log before replying, like the replicas do. For WAN emulation the server is at node 0's site.");
+              "answering with the full result. It authenticates as replica 0 of CONFIG. The file service keeps its\n"
+              "state on the replicas' disk store (DATADIR/fs) with a checkpoint every 128 requests. Without\n"
+              "--durable it keeps no log (a restart loses what follows the last checkpoint); with --durable it\n"
+              "group-commits each executed request to a write-ahead log before replying, like the replicas do.\n"
+              "For WAN emulation the server is at node 0's site.");
   p.option("config", "FILE", "cluster.conf written by keygen").required("config");
-  p.option("data", "DATADIR", "data directory (status.json; wal/ with --durable)").required("data");
+  p.option("data", "DATADIR", "data directory (status.json; fs/ for the file service; wal/ with --durable)").required("data");
   p.option("service", "NAME", std::string("service: ") + service_names(), "counter");
   p.option("listen", "HOST:PORT", "address to listen on (default: replica 0's address)");
   p.flag("durable", "log every executed request with group commit before replying");

@@ -22,6 +22,7 @@ namespace bftfs {
 namespace {
 
 constexpr NodeId kServerId = 0;
+constexpr std::uint64_t kCheckpointInterval = 128;  // = ReplicaOptions::checkpoint_interval's default
 
 }  // namespace
 
@@ -31,7 +32,8 @@ struct NorepServer::Impl {
   DataDirLock lock;   // released last
   EventBasePtr base;
   std::unique_ptr<Crypto> crypto;
-  std::unique_ptr<Service> service;
+  ServiceStack stack;       // the file service on its disk store (<data>/fs), or a small in-memory service
+  Service* service = nullptr;  // stack.top()
   std::unique_ptr<Wal> wal;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<LoopStop> stopper;
@@ -50,6 +52,9 @@ struct NorepServer::Impl {
   std::uint64_t duplicates = 0;
   std::uint64_t ignored = 0;  // messages other than Request, or a Request naming another client
   std::uint64_t flushes = 0;
+  std::uint64_t checkpoints = 0;
+  bool has_store = false;  // the service checkpoints to its own disk store (fs)
+  std::uint64_t last_checkpoint = 0;  // seq of the service's newest checkpoint
 
   Reply run_request(const Request& r, std::uint64_t timestamp_ns, bool& changed) {
     Reply reply;
@@ -101,6 +106,7 @@ struct NorepServer::Impl {
         rec.batch.requests.push_back(std::move(*r));
         wal->append(rec);
       }
+
       if ((reply.flags & kReplyReadOnly) == 0) {
         ce.last_request_id = reply.request_id;
         ce.last_reply = reply;
@@ -111,23 +117,52 @@ struct NorepServer::Impl {
     if (pending.size() >= 4096) flush();  // bound a pass under a flood of requests
   }
 
+  // Every kCheckpointInterval executed requests the service takes a durable checkpoint, as a replica does every
+  // K = 128 sequence numbers (protocol/replica.h): for the file service that is the disk store's index version
+  // (fdatasync of its data and index, docs/FILESERVICE.md §6), the same work per checkpoint as a replica's.
+  // It runs at the end of a pass, after the log's sync and the replies, so every request the checkpoint covers
+  // is in the durable log and answered. A durable server then logs a StableRecord, so the log may drop what the
+  // checkpoint covers (replica/wal.h); the duplicate detection of a restarted server therefore covers the
+  // requests since its last checkpoint (like an NFS server's duplicate request cache, per boot).
+  // Precondition of Service::checkpoint: nothing past seq is executed -- true between requests here.
+  void maybe_checkpoint() {
+    if (!has_store || seq - last_checkpoint < kCheckpointInterval) return;
+    const CheckpointId id = service->checkpoint(seq);
+    BFT_ASSERT(id.seq == seq);
+    service->discard_checkpoints_below(seq);
+    last_checkpoint = seq;
+    ++checkpoints;
+    if (wal != nullptr) wal->append(StableRecord{seq, id.digest});
+  }
+
   // After every loop pass (run()): the group-commit boundary.
   void flush() {
-    if (pending.empty()) return;
+    if (pending.empty()) {
+      maybe_checkpoint();
+      return;
+    }
     ++flushes;
     if (wal != nullptr && wal->dirty()) wal->sync();  // one fdatasync for the whole pass, before any reply
     transport->cork();
     for (const auto& s : pending) transport->send(s);
     transport->uncork();
     pending.clear();
+    maybe_checkpoint();
     if (wal != nullptr) wal->maintain();  // log housekeeping after the replies (replica/wal.h)
   }
 
-  // Re-executes the durable log after a restart (durable mode only).
+  // Re-executes the durable log after a restart (durable mode only), from the service's recovered checkpoint:
+  // requests at or below it are in the checkpoint already (the log may still hold them until it compacts).
   std::string replay(const std::vector<PersistRecord>& records) {
+    const std::uint64_t from = service->recovered_checkpoint().seq;
+    seq = from;
+    last_checkpoint = from;
     for (const auto& rec : records) {
+      if (std::holds_alternative<StableRecord>(rec)) continue;  // the checkpoint it names is the service's
       const auto* pp = std::get_if<PrePrepareRecord>(&rec);
       if (pp == nullptr || pp->batch.requests.size() != 1) return "NO-REP log holds a record it never writes";
+      if (pp->seq <= from) continue;
+      if (pp->seq != seq + 1) return "NO-REP log skips from " + std::to_string(seq) + " to " + std::to_string(pp->seq);
       const Request& r = pp->batch.requests[0];
       ExecContext ctx;
       ctx.seq = pp->seq;
@@ -145,6 +180,7 @@ struct NorepServer::Impl {
       ClientEntry& ce = clients[r.client];
       ce.last_request_id = r.request_id;
       ce.last_reply = std::move(reply);
+      maybe_checkpoint();
     }
     return "";
   }
@@ -166,6 +202,8 @@ struct NorepServer::Impl {
         .add("running", running)
         .add("service", options.service)
         .add("durable", options.durable)
+        .add("store", has_store ? "disk" : "memory")
+        .add("checkpoints", checkpoints)
         .add("view", static_cast<std::uint64_t>(0))
         .add("primary", static_cast<std::uint64_t>(0))
         .add("last_executed", seq)
@@ -206,8 +244,15 @@ std::string NorepServer::create(const NorepOptions& options, std::unique_ptr<Nor
   if (m.crypto == nullptr) return "cannot build the crypto context of the server";
   if (std::string err = m.lock.acquire(options.data_dir); !err.empty()) return err;
   m.status_path = options.data_dir + "/status.json";
-  m.service = make_service(options.service, nullptr);
-  if (m.service == nullptr) return "unknown service '" + options.service + "' (expected " + service_names() + ")";
+  // The same service stack a replica runs, minus the shim (the relay sends NO-REP plain requests): the file
+  // service keeps its state on disk in <data>/fs, so NO-REP and PBFT pay for the same store.
+  if (std::string err = make_service_stack(options.service, nullptr, options.data_dir, false, 1, m.stack);
+      !err.empty()) {
+    return err;
+  }
+  m.service = m.stack.top();
+  m.has_store = options.service == "fs";
+  m.seq = m.last_checkpoint = m.service->recovered_checkpoint().seq;
   if (options.durable) {
     std::vector<PersistRecord> records;
     if (std::string err = Wal::open(options.data_dir + "/wal", options.wal, m.wal, records); !err.empty()) return err;

@@ -3,10 +3,18 @@
 // the service allows it) and answered with the full result (kReplyHasResult). A per-client table of the last
 // request id and its reply gives at-most-once execution under client retransmission.
 //
-// Durability: none by default (the service runs without a snapshot store: a restart loses the state). With
-// `durable`, every executed request is appended to the same group-committed write-ahead log as the replicas
-// use (a PrePrepareRecord holding a one-request batch) and its reply is sent only after the pass's single
-// fdatasync, which is the fair comparison point for durable PBFT; on restart the log is re-executed.
+// The service is the replicas' (replica/service_factory.h, without the shim: the relay sends NO-REP plain
+// requests); the file service keeps its state on the same disk store as a replica's (<data>/fs,
+// replica/disk_object_store.h) and takes a durable checkpoint every 128 executed requests, as a replica does
+// every K = 128 sequence numbers. So NO-REP and PBFT pay for the same store.
+//
+// Durability: without `durable` there is no log: a restart recovers the file service's last checkpoint (the
+// counter and null services lose everything). With `durable`, every executed request is appended to the same
+// group-committed write-ahead log as the replicas use (a PrePrepareRecord holding a one-request batch) and its
+// reply is sent only after the pass's single fdatasync: the promise of a PBFT reply (the request is in a
+// durable log, and the state is recovered from the last checkpoint plus the log), which is the fair
+// comparison point for PBFT. On restart the log is re-executed from the service's recovered checkpoint; a
+// StableRecord after each checkpoint lets the log compact.
 #pragma once
 
 #include <memory>

@@ -12,7 +12,7 @@ std::unique_ptr<Service> make_service(const std::string& name, SnapshotStore* st
   if (name == "counter") return std::make_unique<CounterService>(store);
   if (name == "null") return std::make_unique<NullService>(store);
   // The file service (docs/FILESERVICE.md) with its state in memory, each checkpoint written whole through
-  // `store` (NO-REP and tests; replicas use make_service_stack, which puts it on disk).
+  // `store` (tests; the replicas and NO-REP use make_service_stack, which puts it on disk).
   if (name == "fs") return std::make_unique<fs::FsService>(store);
   return nullptr;
 }

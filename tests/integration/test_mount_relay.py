@@ -4,6 +4,7 @@ a restarted relay is reconnected to transparently (a hard mount)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -26,8 +27,11 @@ def two_mounts(cluster, bftfs_bin, tmp_path):
     c = cluster(service="fs", replica_args=["--shim", "--no-fsync"])
     relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
     top = Path(tempfile.mkdtemp(prefix="bftfs-mnt-"))
-    mounts = [Mount(bftfs_bin, top / name, tmp_path / f"{name}.log", ["--relay", str(relay.sock)])
+    mounts = [Mount(bftfs_bin, top / name, tmp_path / f"{name}.log", ["--relay", str(relay.sock)],
+                    ["--status", str(tmp_path / f"{name}.status.json")])
               for name in ("a", "b")]
+    for name, m in zip(("a", "b"), mounts):
+        m.status_path = tmp_path / f"{name}.status.json"
     try:
         for m in mounts:
             m.start()
@@ -63,6 +67,82 @@ def test_two_mounts_see_each_others_changes_after_close_and_open(two_mounts):
     data = os.urandom(3 << 20)
     (pa / "big").write_bytes(data)
     assert (pb / "big").read_bytes() == data
+
+
+def test_a_cached_no_such_name_expires_and_own_creates_show_at_once(two_mounts):
+    """Negative lookups are cached for --negative-timeout (1 s, docs/CLIENT.md): another mount's new file is
+    found once that passes; this mount's own create after its own failed lookup is found at once."""
+    _, a, b = two_mounts
+    pa, pb = a.mountpoint, b.mountpoint
+    (pa / "d").mkdir()
+    assert not (pb / "d" / "x").exists()  # B now caches "no x"
+    (pa / "d" / "x").write_bytes(b"from a")
+    wait_until(lambda: (pb / "d" / "x").exists(), 30, "B to find A's new file once its negative entry expired")
+    assert (pb / "d" / "x").read_bytes() == b"from a"
+    assert not (pb / "d" / "y").exists()
+    (pb / "d" / "y").write_bytes(b"from b")
+    assert (pb / "d" / "y").read_bytes() == b"from b"
+    assert sorted(os.listdir(pa / "d")) == ["x", "y"]
+
+
+def test_small_writes_are_coalesced_and_land_exactly(two_mounts):
+    """Writes staged per file go out together (docs/CLIENT.md "Coalescing"): contiguous pieces, a rewrite of
+    the start, a piece past a hole, and a chmod and utime in between, all in the order written."""
+    _, a, b = two_mounts
+    p = a.mountpoint / "obj"
+    expected = bytearray()
+    with open(p, "wb", buffering=0) as f:
+        for i in range(300):
+            piece = bytes([i % 251]) * 97
+            f.write(piece)
+            expected += piece
+        f.seek(0)
+        f.write(b"HEAD")
+        expected[0:4] = b"HEAD"
+        f.seek(60_000)
+        f.write(b"TAIL")
+        expected += bytes(60_000 - len(expected)) + b"TAIL"
+        os.fchmod(f.fileno(), 0o600)
+        os.utime(f.fileno(), ns=(10**18, 10**18 + 7))
+        f.write(b"!")
+        expected += b"!"
+    st = os.stat(p)
+    assert st.st_size == len(expected)
+    assert st.st_mode & 0o777 == 0o600
+    assert st.st_mtime_ns != 10**18 + 7, "the write after utime moves mtime again"
+    assert (b.mountpoint / "obj").read_bytes() == bytes(expected)
+
+    def counters():
+        c = json.loads(a.status_path.read_text())
+        return c if c["fuse_write"] >= 303 else None
+
+    c = wait_until(counters, 30, "mount A's status file to count the writes")
+    assert c["writes_coalesced"] > 0
+    assert c["requests_ordered"] < c["fuse_write"]
+
+
+def test_attributes_after_own_mutations_are_not_stale(two_mounts):
+    """The client's attribute cache (docs/CLIENT.md) never answers with attributes a mutation of this client
+    changed: link counts of files and directories, a truncated size, a mode."""
+    _, a, _ = two_mounts
+    pa = a.mountpoint
+    f = pa / "n"
+    f.write_bytes(b"x" * 1000)
+    assert os.stat(f).st_nlink == 1
+    os.link(f, pa / "n2")
+    assert os.stat(f).st_nlink == 2
+    os.unlink(pa / "n2")
+    assert os.stat(f).st_nlink == 1
+    (pa / "d0").mkdir()
+    assert os.stat(pa / "d0").st_nlink == 2
+    (pa / "d0" / "sub").mkdir()
+    assert os.stat(pa / "d0").st_nlink == 3
+    os.rmdir(pa / "d0" / "sub")
+    assert os.stat(pa / "d0").st_nlink == 2
+    os.truncate(f, 10)
+    assert os.stat(f).st_size == 10
+    os.chmod(f, 0o640)
+    assert os.stat(f).st_mode & 0o777 == 0o640
 
 
 def test_stopped_relay_blocks_operations_but_they_stay_killable_then_resume(two_mounts):

@@ -157,7 +157,9 @@ def _churn(p: str, q: str, mode: str, rounds: int) -> None:
                 raise
 
 
-@bftfs_bug("11")
+# Non-strict: since the client returns a directory's new attributes with every change of it (client branch),
+# this race no longer showed ESTALE here (4 runs of 2), but nothing in the client closes the window for sure.
+@bftfs_bug("11", strict=False)
 @pytest.mark.parametrize("mode", ["unlink", "rename"])
 def test_open_write_close_racing_with_unlink_or_rename_over(d, mode):
     """A local file system gives an opener either the file (then write and close succeed, even if the name is

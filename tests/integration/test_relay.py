@@ -7,7 +7,10 @@ one-command local cluster (`bftfs cluster start --service fs`, with and without 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import random
+import signal
 import socket
 import struct
 import subprocess
@@ -376,3 +379,37 @@ def test_cluster_start_runs_a_relay_and_stop_leaves_nothing(bftfs_bin, ports, tm
             f"pid {pid} still runs after cluster stop"
     assert not (d / "relay.sock").exists()
     assert not list(d.glob("*.pid"))
+
+
+def test_durable_norep_keeps_the_file_system_on_disk_across_a_kill(bftfs_bin, ports, tmp_path):
+    """NO-REP runs the file service on the replicas' disk store (DIR/norep/fs) with a checkpoint every 128
+    requests and, with --norep-durable, logs every request before it replies: after SIGKILL and a restart
+    (checkpoint, then the log replayed from it) every answered create is there."""
+    d = short_dir(tmp_path) / "c"
+    argv = ["cluster", "start", "--dir", str(d), "--service", "fs", "--base-port", str(ports.alloc(5)),
+            "--norep", "--norep-durable"]
+    started = run_cli(bftfs_bin, *argv)
+    try:
+        assert started.returncode == 0, started.stderr
+        sock = d / "relay.sock"
+        fsop(bftfs_bin, sock, "mkdir", "/x")
+        assert "300 of 300" in fsop(bftfs_bin, sock, "create", "/x/f%d", "--parallel", "300").stdout
+
+        def status():
+            st = json.loads((d / "norep" / "status.json").read_text())
+            return st if st["checkpoints"] >= 2 else None
+
+        st = wait_until(status, 30, "the NO-REP server to report its checkpoints")
+        assert st["store"] == "disk" and st["durable"] is True
+        assert (d / "norep" / "fs" / "index").exists()
+        pid = int((d / "norep.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+                   .rsplit(")", 1)[1].split()[:1], 30, "the killed NO-REP server to exit")
+        assert run_cli(bftfs_bin, "cluster", "stop", "--dir", str(d)).returncode == 0
+        restarted = run_cli(bftfs_bin, *argv)
+        assert restarted.returncode == 0, restarted.stderr
+        names = set(fsop(bftfs_bin, sock, "readdir", "/x").stdout.split())
+        assert {f"f{i}" for i in range(300)} <= names
+    finally:
+        run_cli(bftfs_bin, "cluster", "stop", "--dir", str(d))

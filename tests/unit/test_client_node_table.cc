@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -66,6 +67,37 @@ TEST_CASE("client cache: an older result never overwrites newer attributes", "[c
   REQUIRE(t.snapshot(a)->attr.size == 20);
   t.update_attr(file_attr(3, 2, 30), 7);  // another generation: not this node
   REQUIRE(t.snapshot(a)->attr.size == 20);
+}
+
+TEST_CASE("client cache: a snapshot says which request's result gave the committed attributes, and when",
+          "[client]") {
+  NodeTable t(kRoot);
+  const auto before = std::chrono::steady_clock::now();
+  const FuseIno a = t.remember(file_attr(7, 1, 10), 4);
+  REQUIRE(t.snapshot(a)->attr_seq == 4);
+  REQUIRE(t.snapshot(a)->attr_time >= before);
+  t.update_attr(file_attr(7, 1, 20), 3);  // older: ignored, and does not refresh the time either
+  REQUIRE(t.snapshot(a)->attr_seq == 4);
+  REQUIRE(t.snapshot(a)->attr.size == 10);
+  const auto mid = std::chrono::steady_clock::now();
+  t.update_attr(file_attr(7, 1, 30), 9);
+  REQUIRE(t.snapshot(a)->attr_seq == 9);
+  REQUIRE(t.snapshot(a)->attr_time >= mid);
+  // A write's final result refreshes them too (the attribute cache answers getattr from it).
+  t.write_submitted(a, 0, 5, false);
+  t.write_finished(a, 0, 5, 0, file_attr(7, 1, 30, 2), 12);
+  REQUIRE(t.snapshot(a)->attr_seq == 12);
+  REQUIRE(t.snapshot(a)->attr.mtime_ns == 2);
+}
+
+TEST_CASE("client cache: the data version is unknown until the first open records it", "[client]") {
+  NodeTable t(kRoot);
+  const FuseIno a = t.remember(file_attr(8, 1, 10, 5), 1);
+  REQUIRE_FALSE(t.data_version(a).has_value());  // open() then prefetches: the kernel holds no pages
+  REQUIRE_FALSE(t.opened(a, DataVersion{5, 10}));
+  REQUIRE(t.data_version(a) == DataVersion{5, 10});
+  REQUIRE(t.opened(a, DataVersion{5, 10}));  // unchanged: the kernel may keep its pages
+  REQUIRE_FALSE(t.data_version(12345).has_value());  // an unknown node
 }
 
 TEST_CASE("client cache: pending writes overlay the committed size until final, and errors report once",
