@@ -170,21 +170,38 @@ void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t l
   cv_.notify_all();
 }
 
-bool NodeTable::wait_writes(FuseIno id, const std::function<bool()>& interrupted) {
+bool NodeTable::wait_writes(FuseIno id, const std::function<bool()>& interrupted, std::chrono::milliseconds poll) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     const Node* n = get(id);
     if (n == nullptr || n->writes_in_flight == 0) return true;
     if (interrupted && interrupted()) return false;
-    cv_.wait(lock);
+    if (poll.count() > 0) {
+      cv_.wait_for(lock, poll);
+    } else {
+      cv_.wait(lock);
+    }
   }
 }
 
-void NodeTable::wait_all_writes() {
+bool NodeTable::wait_all_writes(const std::function<bool()>& give_up, std::chrono::milliseconds poll) {
+  BFT_ASSERT(poll.count() > 0);
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return pending_bytes_ == 0 &&
-                                 std::all_of(nodes_.begin(), nodes_.end(),
-                                             [](const auto& kv) { return kv.second.writes_in_flight == 0; }); });
+  for (;;) {
+    const bool idle = pending_bytes_ == 0 && std::all_of(nodes_.begin(), nodes_.end(), [](const auto& kv) {
+                        return kv.second.writes_in_flight == 0;
+                      });
+    if (idle) return true;
+    if (give_up && give_up()) return false;
+    cv_.wait_for(lock, poll);
+  }
+}
+
+std::uint64_t NodeTable::writes_in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::uint64_t total = 0;
+  for (const auto& kv : nodes_) total += kv.second.writes_in_flight;
+  return total;
 }
 
 std::uint32_t NodeTable::take_write_error(FuseIno id) {

@@ -14,6 +14,7 @@
 // Thread safety: every member takes the table's mutex; waiters (pending writes) use its condition variable.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -86,10 +87,16 @@ class NodeTable {
   void write_finished(FuseIno id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
                       const std::optional<fs::Attr>& attr, std::uint64_t seq);
   // Blocks until `id` has no write in flight or `interrupted()` turns true (checked whenever notify_waiters
-  // is called). Returns false if interrupted.
-  bool wait_writes(FuseIno id, const std::function<bool()>& interrupted);
-  // Blocks until every node's writes are final (unmount).
-  void wait_all_writes();
+  // is called, and at least every `poll` if it is not zero: for conditions nobody notifies about, such as
+  // the calling process exiting). Returns false if interrupted.
+  bool wait_writes(FuseIno id, const std::function<bool()>& interrupted,
+                   std::chrono::milliseconds poll = std::chrono::milliseconds(0));
+  // Blocks until every node's writes are final (unmount) or `give_up()` turns true (checked at least every
+  // `poll`). Returns false if it gave up; nullptr never gives up.
+  bool wait_all_writes(const std::function<bool()>& give_up = nullptr,
+                       std::chrono::milliseconds poll = std::chrono::milliseconds(100));
+  // Writes in flight on the whole mount (for the log when the daemon gives up on them).
+  std::uint64_t writes_in_flight() const;
   // The first error of a write since the last call (0 if none), cleared (flush/fsync report it once).
   std::uint32_t take_write_error(FuseIno id);
   std::uint64_t pending_bytes() const;
