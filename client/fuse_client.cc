@@ -346,6 +346,37 @@ struct FuseClient::Impl {
 
   explicit Impl(MountOptions o) : opt(o) {}
 
+  // Kernel cache invalidations wanted by backend callbacks. A callback must not write the notification to
+  // /dev/fuse itself: the kernel may hold the page locks of a write() whose handler waits for callbacks
+  // (write-behind's memory bound), and the invalidation would wait for those locks. One thread sends them.
+  std::mutex inval_mu;
+  std::condition_variable inval_cv;
+  std::vector<FuseIno> inval_queue;
+  bool inval_done = false;
+
+  void request_inval(FuseIno id) {
+    {
+      std::lock_guard<std::mutex> lock(inval_mu);
+      inval_queue.push_back(id);
+    }
+    inval_cv.notify_one();
+  }
+
+  // The invalidation thread's body: drops the pages and attributes of each queued node (a node the kernel
+  // forgot meanwhile gives ENOENT: nothing to drop). Returns once inval_done is set and the queue is empty.
+  void run_invalidations() {
+    std::unique_lock<std::mutex> lock(inval_mu);
+    for (;;) {
+      inval_cv.wait(lock, [this] { return inval_done || !inval_queue.empty(); });
+      if (inval_queue.empty()) return;
+      std::vector<FuseIno> batch;
+      batch.swap(inval_queue);
+      lock.unlock();
+      for (const FuseIno id : batch) (void)fuse_lowlevel_notify_inval_inode(se, id, 0, 0);
+      lock.lock();
+    }
+  }
+
   // Ends every wait (see `stopping`). Thread-safe; not async-signal-safe (serve() calls it from a thread).
   void stop() {
     stop_deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -949,9 +980,9 @@ struct FuseClient::Impl {
     auto* of = new OpenFile{id, fi->flags, cred};
     fi->fh = reinterpret_cast<std::uint64_t>(of);
     fi->keep_cache = keep ? 1 : 0;
-    // O_APPEND writes land where the service says (atomic across clients), which the kernel cannot predict:
-    // bypass the page cache for such descriptors.
-    if ((fi->flags & O_APPEND) != 0) fi->direct_io = 1;
+    // O_APPEND descriptors use the page cache like any other (so they can be mapped: direct_io would forbid
+    // shared mappings, and libfuse 3.14 cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP); write() places the data
+    // where the service's end is (see write()).
     if (freply_open(req, fi) != 0) {
       (void)table.released(id);
       delete of;
@@ -989,7 +1020,6 @@ struct FuseClient::Impl {
     auto* of = new OpenFile{id, fi->flags, cred};
     fi->fh = reinterpret_cast<std::uint64_t>(of);
     fi->keep_cache = 1;
-    if ((fi->flags & O_APPEND) != 0) fi->direct_io = 1;
     fuse_entry_param e{};
     e.ino = id;
     e.generation = attr.generation;
@@ -1050,8 +1080,14 @@ struct FuseClient::Impl {
         return (void)freply_err(req, EINTR);
       }
     }
-    const bool append = of != nullptr && (of->flags & O_APPEND) != 0;
+    // O_APPEND: WRITE with the append flag, so the service places the data at the end it sees when the request
+    // executes: atomic across clients. The kernel put the same bytes in its page cache at its own idea of the
+    // end (`off`); that is the same place unless another client appended meanwhile, and then the callback has
+    // this file's cached pages and attributes dropped. Write-back of a shared mapping (fi->writepage) goes to
+    // the page's own offset, also on an O_APPEND descriptor.
+    const bool append = append_mode && fi->writepage == 0;
     const fs::Cred cred = io_cred(of, id, 2);
+    Impl* self = this;
     // One WRITE op of at most 512 KiB per request: a PBFT operation is at most 1 MiB including the shim's
     // envelope, so two maximal ops would not fit. The requests execute in submission order, so a large
     // write() is applied in order, like NFS WRITEs of wsize each (not atomic against other clients').
@@ -1067,12 +1103,20 @@ struct FuseClient::Impl {
                      reinterpret_cast<const std::uint8_t*>(buf) + done + n);
       const std::uint64_t seq = next_seq.fetch_add(1);
       const std::uint64_t offset = op.offset;
+      const std::uint64_t kernel_offset = static_cast<std::uint64_t>(off) + done;
       table.write_submitted(id, offset, n, append);
       Callbacks cb;
-      cb.on_final = [t, id, offset, n, seq](Final f) {
+      cb.on_final = [t, self, id, offset, kernel_offset, append, n, seq](Final f) {
         CallResult out = interpret(std::move(f), CallResult{});
         std::optional<fs::Attr> attr;
         if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
+        // An append lands at (size after it) - n; elsewhere than the kernel's offset, its cache is wrong:
+        // dropped now (asynchronously) and, for certain, at the next open.
+        const bool misplaced = append && attr && (attr->size < n || attr->size - n != kernel_offset);
+        if (misplaced) {
+          t->drop_data_version(id);
+          self->request_inval(id);
+        }
         t->write_finished(id, offset, n, static_cast<std::uint32_t>(out.err), attr, seq);
       };
       (void)backend->submit(single(std::move(op)), SubmitOptions{}, std::move(cb));
@@ -1451,11 +1495,19 @@ int FuseClient::serve(Backend& backend) {
     }
   });
 
+  std::thread invalidator([impl] { impl->run_invalidations(); });
+
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(cfg, impl_->opt.max_threads);
   fuse_loop_cfg_set_idle_threads(cfg, 4);
   int rc = fuse_session_loop_mt(impl_->se, cfg);
   fuse_loop_cfg_destroy(cfg);
+  {
+    std::lock_guard<std::mutex> lock(impl_->inval_mu);
+    impl_->inval_done = true;
+  }
+  impl_->inval_cv.notify_one();
+  invalidator.join();
   // Nothing more will be served: let the mount point go now (a no-op after `bftfs umount`), then let the
   // writes answered but not yet final reach the service. They may wait as long as the backend retries (a hard
   // mount) unless the daemon was told to stop: then for kStopGrace at most.

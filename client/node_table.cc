@@ -160,7 +160,7 @@ void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t l
       n->attr = *attr;
       n->attr_seq = seq;
       // Our page cache holds what we wrote: the version after our own write is still "ours".
-      if (n->opens > 0) n->data_version = DataVersion{attr->mtime_ns, attr->size};
+      if (n->opens > 0 && !n->cache_stale) n->data_version = DataVersion{attr->mtime_ns, attr->size};
     }
     if (n->nlookup == 0 && n->opens == 0 && n->writes_in_flight == 0 && id != kRootNode) {
       by_handle_.erase(key_of(n->handle));
@@ -238,9 +238,18 @@ bool NodeTable::opened(FuseIno id, const DataVersion& now) {
   BFT_ASSERT(n != nullptr);
   const bool keep = n->data_version && *n->data_version == now;
   n->data_version = now;
+  n->cache_stale = false;
   if (n->opens == 0) open_nodes_ += 1;
   n->opens += 1;
   return keep;
+}
+
+void NodeTable::drop_data_version(FuseIno id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Node* n = get(id);
+  if (n == nullptr) return;
+  n->data_version.reset();
+  n->cache_stale = true;
 }
 
 std::optional<SillyName> NodeTable::released(FuseIno id) {

@@ -113,6 +113,9 @@ class NodeTable {
   // hidden by a silly rename (and forgets the name).
   std::optional<SillyName> released(FuseIno id);
   bool any_open() const;
+  // The kernel's page cache of `id` no longer matches the service (an O_APPEND write landed elsewhere than
+  // the kernel put it): the next open must not keep it. Call it before that write's write_finished.
+  void drop_data_version(FuseIno id);
   // Marks an open node as renamed to a hidden name; its reported nlink drops by one (the hidden link is not
   // the user's), and the last release returns the name. Returns false (and records nothing) if the node was
   // closed meanwhile: the caller removes the hidden name itself.
@@ -135,6 +138,7 @@ class NodeTable {
     // opens
     std::uint32_t opens = 0;
     std::optional<DataVersion> data_version;
+    bool cache_stale = false;  // drop_data_version: own writes do not make the cache "ours" until the next open
     std::optional<SillyName> silly;
   };
   NodeSnapshot snap(const Node& n) const;

@@ -135,3 +135,34 @@ def test_a_process_exiting_with_writes_in_flight_is_not_stuck_while_the_backend_
     d.proc.send_signal(signal.SIGTERM)
     assert _exited(d) != 0, "writes were lost at the stop: the daemon must say so in its exit status"
     assert not _is_mountpoint(mnt)
+
+
+def test_appends_from_two_mounts_through_mapped_descriptors_stay_whole(norep_mount, bftfs, tmp_path):
+    """O_APPEND descriptors go through the page cache (so they can be mapped, POSIX_FINDINGS.md #7); an append
+    lands at the service's end, atomically across mounts. When another mount appended meanwhile, this mount's
+    cached pages of the file are dropped: after reopening, both mounts read every record, whole."""
+    _, mnt_a, _ = norep_mount
+    mnt_b = tmp_path / "mnt_b"
+    b = _mount(bftfs, ["--relay", tmp_path / "c" / "relay.sock"], mnt_b, tmp_path / "mount_b.log")
+    try:
+        p_a, p_b = mnt_a / "log", mnt_b / "log"
+        p_a.write_bytes(b"")
+        fa = os.open(p_a, os.O_RDWR | os.O_APPEND)
+        assert os.read(fa, 10) == b""          # the kernel of mount A caches the (empty) file
+        records = []
+        for i in range(20):
+            rec_b = b"B%02d" % i + b"b" * 97
+            with open(p_b, "ab") as fb:          # mount B appends: A's idea of the end is now stale
+                fb.write(rec_b)
+            rec_a = b"A%02d" % i + b"a" * 97
+            assert os.write(fa, rec_a) == len(rec_a)
+            records += [rec_b, rec_a]
+        os.close(fa)
+        want = sorted(records)
+        for p in (p_a, p_b):
+            data = p.read_bytes()
+            got = sorted(data[i:i + 100] for i in range(0, len(data), 100))
+            assert len(data) == 4000 and got == want, f"{p}: records torn, lost or stale"
+    finally:
+        subprocess.run([str(bftfs), "umount", str(mnt_b)], capture_output=True, timeout=60)
+        b.stop()

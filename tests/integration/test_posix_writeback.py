@@ -185,7 +185,6 @@ def test_fsync_reports_success_only_for_stored_data(d):
     assert data == b"".join(bytes([i]) * 10_000 for i in range(20))
 
 
-@bftfs_bug("7")
 def test_mmap_of_a_file_opened_with_o_append(d):
     p = d / "log"
     write_file(p, bytes(8192))
