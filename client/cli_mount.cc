@@ -127,7 +127,11 @@ void wait_for_daemon(const std::string& mountpoint) {
   const std::string path = mount_lock_path(mountpoint);
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return;  // no daemon ever locked it (or an older bftfs)
-  if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return;
+  // Usually the daemon is gone within moments; say why we wait only if it takes longer.
+  for (int i = 0; i < 40; ++i) {
+    if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return;
+    ::usleep(50 * 1000);
+  }
   std::fprintf(stderr, "bftfs umount: waiting for the daemon of %s to make its writes final and exit "
                "(Ctrl-C stops waiting; the daemon carries on)\n", mountpoint.c_str());
   while (::flock(fd.get(), LOCK_SH) != 0 && errno == EINTR) {

@@ -570,7 +570,26 @@ struct FuseClient::Impl {
     reply_entry(req, r.result.results[0].attr, r.seq);
   }
 
-  void forget(FuseIno id, std::uint64_t n) { (void)table.forget(id, n); }
+  void forget(FuseIno id, std::uint64_t n) {
+    std::optional<SillyName> hidden;
+    (void)table.forget(id, n, &hidden);
+    if (hidden) remove_hidden_async(*hidden);
+  }
+
+  // remove_hidden without waiting (forget has no reply and must not hold a handler thread for a round trip).
+  void remove_hidden_async(const SillyName& s) {
+    fs::Op op = make_op(OpCode::kRemove, fs::Cred{0, 0, {}});
+    op.handle = s.dir;
+    op.name = s.name;
+    Callbacks cb;
+    cb.on_final = [name = s.name](Final f) {
+      const CallResult r = interpret(std::move(f), CallResult{});
+      if (r.err != 0 && r.err != ENOENT) {
+        LOG_WARN("", "client: could not remove hidden file %s: %s", name.c_str(), std::strerror(r.err));
+      }
+    };
+    (void)backend->submit(single(std::move(op)), SubmitOptions{}, std::move(cb));
+  }
 
   void getattr(fuse_req_t req, FuseIno id) {
     const auto s = table.snapshot(id);
@@ -732,12 +751,14 @@ struct FuseClient::Impl {
     make_entry(req, std::move(op));
   }
 
-  // If (dir, name) names a regular file this client has open and whose last link that name is, returns its
-  // node: removing the name must then hide the file instead (silly rename).
+  // If (dir, name) names a regular file whose last link that name is and which the kernel still references
+  // (an open, or a lookup it may be about to open: another process's path walk may have found this very file
+  // and be on its way to OPEN), returns its node: removing the name must then hide the file instead (silly
+  // rename), and the hidden name goes at the kernel's last release or forget. This is the inode lifetime of a
+  // local file system (an unlinked inode lives while referenced), as libfuse asks of a file system.
   std::optional<FuseIno> open_last_link(InterruptScope& scope, const fs::Cred& cred, const fs::Handle& dir,
                                        const std::string& name, int& err) {
     err = 0;
-    if (!table.any_open()) return std::nullopt;
     fs::Op op = make_op(OpCode::kLookup, cred);
     op.handle = dir;
     op.name = name;
@@ -750,9 +771,7 @@ struct FuseClient::Impl {
     const fs::Attr& a = r.result.results[0].attr;
     if (a.type != fs::FileType::kRegular || a.nlink != 1) return std::nullopt;
     const auto id = table.find(a.handle());
-    if (!id) return std::nullopt;
-    const auto s = table.snapshot(*id);
-    if (!s || s->opens == 0) return std::nullopt;
+    if (!id || !table.referenced(*id)) return std::nullopt;
     return id;
   }
 
@@ -1513,6 +1532,8 @@ int FuseClient::serve(Backend& backend) {
   // mount) unless the daemon was told to stop: then for kStopGrace at most.
   fuse_session_unmount(impl_->se);
   impl_->mounted.store(false);
+  // The kernel is gone and sends no more forgets: files it still referenced after their last unlink go now.
+  for (const SillyName& hidden : impl_->table.take_all_silly()) impl_->remove_hidden(hidden);
   if (!impl_->table.wait_all_writes([impl] { return impl->stop_grace_over(); })) {
     LOG_ERROR("", "mount: stopped with %llu writes still in flight (the backend did not answer in %lld s): "
               "their data is lost", static_cast<unsigned long long>(impl_->table.writes_in_flight()),

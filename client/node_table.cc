@@ -74,12 +74,17 @@ FuseIno NodeTable::remember(const fs::Attr& attr, std::uint64_t seq) {
   return id;
 }
 
-bool NodeTable::forget(FuseIno id, std::uint64_t count) {
+bool NodeTable::forget(FuseIno id, std::uint64_t count, std::optional<SillyName>* hidden) {
   std::lock_guard<std::mutex> lock(mu_);
   if (id == kRootNode) return false;
   Node* n = get(id);
   if (n == nullptr) return true;  // the kernel forgot something twice: nothing to do (never crash on it)
   n->nlookup -= std::min(n->nlookup, count);
+  if (n->nlookup == 0 && n->opens == 0 && n->silly) {
+    // The hidden name goes now even with writes in flight: its REMOVE is ordered after them.
+    if (hidden != nullptr) *hidden = std::move(n->silly);
+    n->silly.reset();
+  }
   // A node with writes in flight or opens stays until they end (their completion still needs it).
   if (n->nlookup > 0 || n->opens > 0 || n->writes_in_flight > 0) return false;
   by_handle_.erase(key_of(n->handle));
@@ -261,9 +266,27 @@ std::optional<SillyName> NodeTable::released(FuseIno id) {
   if (n->opens > 0) return std::nullopt;
   BFT_ASSERT(open_nodes_ > 0);
   open_nodes_ -= 1;
+  if (n->nlookup > 0) return std::nullopt;  // the kernel still holds it: forget hands the name over
   std::optional<SillyName> s = std::move(n->silly);
   n->silly.reset();
   return s;
+}
+
+bool NodeTable::referenced(FuseIno id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Node* n = get(id);
+  return n != nullptr && (n->nlookup > 0 || n->opens > 0);
+}
+
+std::vector<SillyName> NodeTable::take_all_silly() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SillyName> out;
+  for (auto& kv : nodes_) {
+    if (!kv.second.silly) continue;
+    out.push_back(std::move(*kv.second.silly));
+    kv.second.silly.reset();
+  }
+  return out;
 }
 
 bool NodeTable::any_open() const {
@@ -274,7 +297,7 @@ bool NodeTable::any_open() const {
 bool NodeTable::set_silly(FuseIno id, SillyName name) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);
-  if (n == nullptr || n->opens == 0) return false;
+  if (n == nullptr || (n->opens == 0 && n->nlookup == 0)) return false;
   n->silly = std::move(name);
   return true;
 }
