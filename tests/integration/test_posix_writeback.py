@@ -11,7 +11,7 @@ import mmap
 import os
 import stat
 
-from posix_harness import (USER_A, as_user, bftfs_bug, breaks_relay_mount, pread_all, raises_errno, read_file, write_file)
+from posix_harness import (USER_A, as_user, breaks_relay_mount, pread_all, raises_errno, read_file, write_file)
 
 pytest_plugins = ["posix_harness"]
 
