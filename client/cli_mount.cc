@@ -237,7 +237,9 @@ int cmd_mount(int argc, char** argv) {
   } else {
     LOG_INFO("", "mount: serving %s (relay %s)", mountpoint.c_str(), relay_sock.c_str());
     RelayBackend backend(relay_sock);
-    rc = client.serve(backend);
+    // With the relay or the replicas down, the writes left at unmount may wait long (a hard mount): then
+    // `bftfs umount` returns without waiting for this daemon (nothing of a later mount depends on it).
+    rc = client.serve(backend, [&mount_lock] { mount_lock.reset(); });
   }
   LOG_INFO("", "mount: %s unmounted, exiting", mountpoint.c_str());
   return rc == 0 ? kExitOk : kExitFailure;

@@ -1473,7 +1473,7 @@ void on_wake_signal(int) {}
 
 }  // namespace
 
-int FuseClient::serve(Backend& backend) {
+int FuseClient::serve(Backend& backend, std::function<void()> on_detached, std::chrono::milliseconds detach_after) {
   BFT_ASSERT(impl_->se != nullptr);
   BFT_ASSERT(g_stop_session == nullptr);  // one serving client per process
   impl_->backend = &backend;
@@ -1534,7 +1534,19 @@ int FuseClient::serve(Backend& backend) {
   impl_->mounted.store(false);
   // The kernel is gone and sends no more forgets: files it still referenced after their last unlink go now.
   for (const SillyName& hidden : impl_->table.take_all_silly()) impl_->remove_hidden(hidden);
-  if (!impl_->table.wait_all_writes([impl] { return impl->stop_grace_over(); })) {
+  const auto detach_at = std::chrono::steady_clock::now() + detach_after;
+  bool detached = false;
+  auto give_up = [&] {
+    return impl->stop_grace_over() || (!detached && std::chrono::steady_clock::now() >= detach_at);
+  };
+  bool all_final = false;
+  while (!(all_final = impl_->table.wait_all_writes(give_up)) && !impl_->stop_grace_over()) {
+    detached = true;
+    LOG_WARN("", "mount: unmounted with %llu writes waiting for the backend; they are sent when it answers",
+             static_cast<unsigned long long>(impl_->table.writes_in_flight()));
+    if (on_detached) on_detached();
+  }
+  if (!all_final) {
     LOG_ERROR("", "mount: stopped with %llu writes still in flight (the backend did not answer in %lld s): "
               "their data is lost", static_cast<unsigned long long>(impl_->table.writes_in_flight()),
               static_cast<long long>(kStopGrace.count()));
