@@ -1516,6 +1516,29 @@ int FuseClient::serve(Backend& backend, std::function<void()> on_detached, std::
 
   std::thread invalidator([impl] { impl->run_invalidations(); });
 
+  // Once the session has ended (unmounted), the rest of serve() may wait for the backend: handlers still
+  // waiting (a release waits for its file's writes) and then the writes in flight. If that takes longer than
+  // `detach_after`, on_detached() tells the world this daemon no longer matters to a later mount.
+  std::mutex detach_mu;
+  std::condition_variable detach_cv;
+  bool serve_done = false;
+  std::thread detacher([&] {
+    std::unique_lock<std::mutex> lock(detach_mu);
+    std::optional<std::chrono::steady_clock::time_point> ended_at;
+    while (!serve_done) {
+      detach_cv.wait_for(lock, std::chrono::milliseconds(100));
+      if (serve_done) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (!ended_at && fuse_session_exited(impl->se) != 0) ended_at = now;
+      if (ended_at && now - *ended_at >= detach_after) {
+        LOG_WARN("", "mount: unmounted, still waiting for the backend (%llu writes in flight); umount need not wait",
+                 static_cast<unsigned long long>(impl->table.writes_in_flight()));
+        if (on_detached) on_detached();
+        return;
+      }
+    }
+  });
+
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(cfg, impl_->opt.max_threads);
   fuse_loop_cfg_set_idle_threads(cfg, 4);
@@ -1534,24 +1557,18 @@ int FuseClient::serve(Backend& backend, std::function<void()> on_detached, std::
   impl_->mounted.store(false);
   // The kernel is gone and sends no more forgets: files it still referenced after their last unlink go now.
   for (const SillyName& hidden : impl_->table.take_all_silly()) impl_->remove_hidden(hidden);
-  const auto detach_at = std::chrono::steady_clock::now() + detach_after;
-  bool detached = false;
-  auto give_up = [&] {
-    return impl->stop_grace_over() || (!detached && std::chrono::steady_clock::now() >= detach_at);
-  };
-  bool all_final = false;
-  while (!(all_final = impl_->table.wait_all_writes(give_up)) && !impl_->stop_grace_over()) {
-    detached = true;
-    LOG_WARN("", "mount: unmounted with %llu writes waiting for the backend; they are sent when it answers",
-             static_cast<unsigned long long>(impl_->table.writes_in_flight()));
-    if (on_detached) on_detached();
-  }
-  if (!all_final) {
+  if (!impl_->table.wait_all_writes([impl] { return impl->stop_grace_over(); })) {
     LOG_ERROR("", "mount: stopped with %llu writes still in flight (the backend did not answer in %lld s): "
               "their data is lost", static_cast<unsigned long long>(impl_->table.writes_in_flight()),
               static_cast<long long>(kStopGrace.count()));
     rc = -1;
   }
+  {
+    std::lock_guard<std::mutex> lock(detach_mu);
+    serve_done = true;
+  }
+  detach_cv.notify_all();
+  detacher.join();
   const char zero = 0;
   while (::write(pipe_fds[1], &zero, 1) < 0 && errno == EINTR) {
   }
