@@ -62,7 +62,11 @@ def norep_mount(bftfs, tmp_path):
     d = _mount(bftfs, ["--relay", cluster / "relay.sock"], mnt, tmp_path / "mount.log")
     try:
         (mnt / "f").write_bytes(b"before")
-        yield d, mnt, lambda: os.kill(int((cluster / "norep.pid").read_text()), signal.SIGKILL)
+        def stop(which: str = "norep") -> None:
+            """Kills the server ("norep") or the relay ("relay") the mount talks to."""
+            os.kill(int((cluster / f"{which}.pid").read_text()), signal.SIGKILL)
+
+        yield d, mnt, stop
     finally:
         if _is_mountpoint(mnt):
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, timeout=30)
@@ -95,9 +99,10 @@ def test_umount_returns_after_the_daemon_has_exited(bftfs, tmp_path):
         d.stop()
 
 
-def test_sigterm_while_the_backend_is_down_unmounts_and_exits(norep_mount):
-    d, mnt, stop_server = norep_mount
-    stop_server()
+@pytest.mark.parametrize("down", ["norep", "relay"])
+def test_sigterm_while_the_backend_is_down_unmounts_and_exits(norep_mount, down):
+    d, mnt, stop = norep_mount
+    stop(down)
     # A caller blocked in the mount (its GETATTR cannot be answered), as a shell's `ls` would be.
     blocked = subprocess.Popen(["stat", str(mnt / "f")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
