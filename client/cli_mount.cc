@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <memory>
 #include <string>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -21,6 +22,7 @@
 #include "common/log.h"
 #include "replica/data_dir_lock.h"
 #include "replica/file_snapshot_store.h"
+#include "replica/unique_fd.h"
 
 namespace bftfs::client {
 
@@ -57,8 +59,9 @@ const char* const kMountUsage =
 const char* const kUmountUsage =
     "usage: bftfs umount MNT [--lazy]\n"
     "\n"
-    "Unmounts a bftfs mount; its daemon finishes its pending writes and exits.\n"
-    "  --lazy   detach now even if busy (the mount goes away when no longer used)\n";
+    "Unmounts a bftfs mount and waits until its daemon has made its pending writes final and exited (so a\n"
+    "following mount or rmdir works).\n"
+    "  --lazy   detach now even if busy (the mount goes away when no longer used); does not wait\n";
 
 bool parse_seconds(const char* s, double& out) {
   char* end = nullptr;
@@ -72,6 +75,69 @@ bool parse_seconds(const char* s, double& out) {
 int usage_error(const char* usage, const std::string& message) {
   std::fprintf(stderr, "bftfs mount: %s\n\n%s", message.c_str(), usage);
   return kExitUsage;
+}
+
+// The mount-point lock: a mount daemon holds an exclusive flock on a file named after its mount point for its
+// whole life (inherited across fuse_daemonize's fork, released only when the process exits, after its writes
+// are final and its state is saved). `bftfs umount` takes the lock after unmounting, so it returns only when
+// the daemon is gone and a following mount of the same point or directory, or an rmdir, just works.
+// The name is the FNV-1a hash of the mount point's path with its parent resolved (the mount point itself is
+// never resolved: that would ask the file system, which may be hung).
+const char* const kMountLockDir = "/tmp/.bftfs-mount-locks";
+
+std::string mount_lock_path(const std::string& mountpoint) {
+  std::string path = mountpoint;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::size_t slash = path.rfind('/');
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  char* real = ::realpath(parent.c_str(), nullptr);
+  std::string full = real != nullptr ? std::string(real) + "/" + base : path;
+  std::free(real);
+  std::uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : full) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char name[64];
+  std::snprintf(name, sizeof(name), "/%016llx.lock", static_cast<unsigned long long>(h));
+  return std::string(kMountLockDir) + name;
+}
+
+// Takes the mount-point lock for this daemon (waits up to 3 s for a daemon that is just finishing). Returns
+// the held fd, or an empty one (then logged: only `bftfs umount`'s wait is affected).
+UniqueFd take_mount_lock(const std::string& mountpoint) {
+  if (::mkdir(kMountLockDir, 01777) == 0) ::chmod(kMountLockDir, 01777);  // umask would clear bits
+  const std::string path = mount_lock_path(mountpoint);
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (fd.get() < 0) {
+    std::fprintf(stderr, "bftfs mount: warning: %s: %s (umount will not wait for this daemon)\n", path.c_str(),
+                 std::strerror(errno));
+    return UniqueFd();
+  }
+  for (int i = 0; i < 60; ++i) {
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return fd;
+    ::usleep(50 * 1000);
+  }
+  std::fprintf(stderr, "bftfs mount: warning: another bftfs daemon still holds %s (a lazily unmounted one?); "
+               "umount will wait for it too\n", path.c_str());
+  return UniqueFd();
+}
+
+// After an unmount: waits until the daemon that served `mountpoint` has exited (its lock is free).
+void wait_for_daemon(const std::string& mountpoint) {
+  const std::string path = mount_lock_path(mountpoint);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return;  // no daemon ever locked it (or an older bftfs)
+  // Usually the daemon is gone within moments; say why we wait only if it takes longer.
+  for (int i = 0; i < 40; ++i) {
+    if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return;
+    ::usleep(50 * 1000);
+  }
+  std::fprintf(stderr, "bftfs umount: waiting for the daemon of %s to make its writes final and exit "
+               "(Ctrl-C stops waiting; the daemon carries on)\n", mountpoint.c_str());
+  while (::flock(fd.get(), LOCK_SH) != 0 && errno == EINTR) {
+  }
 }
 
 }  // namespace
@@ -133,12 +199,14 @@ int cmd_mount(int argc, char** argv) {
     return kExitFailure;
   }
 
+  // Declared first, so released last (after the state is saved and the other locks are gone).
+  UniqueFd mount_lock = take_mount_lock(mountpoint);
   std::unique_ptr<FileSnapshotStore> store;
   // Two daemons on one --local directory would each save their own state over the other's: the second mount
   // fails instead (the lock is held until this process exits, after the state is saved).
   DataDirLock lock;
   if (!local_dir.empty()) {
-    // A daemon just unmounted may still be saving its state (umount returns first): give it a moment.
+    // A daemon unmounted without `bftfs umount` (fusermount3 -u) may still be saving its state: give it a moment.
     std::string lerr = lock.acquire(local_dir);
     for (int i = 0; i < 60 && !lerr.empty(); ++i) {
       ::usleep(50 * 1000);
@@ -178,7 +246,9 @@ int cmd_mount(int argc, char** argv) {
   } else {
     LOG_INFO("", "mount: serving %s (relay %s)", mountpoint.c_str(), relay_sock.c_str());
     RelayBackend backend(relay_sock);
-    rc = client.serve(backend);
+    // With the relay or the replicas down, the writes left at unmount may wait long (a hard mount): then
+    // `bftfs umount` returns without waiting for this daemon (nothing of a later mount depends on it).
+    rc = client.serve(backend, [&mount_lock] { mount_lock.reset(); });
   }
   LOG_INFO("", "mount: %s unmounted, exiting", mountpoint.c_str());
   return rc == 0 ? kExitOk : kExitFailure;
@@ -213,6 +283,7 @@ int cmd_umount(int argc, char** argv) {
       std::fprintf(stderr, "bftfs umount: %s: %s\n", mountpoint.c_str(), std::strerror(errno));
       return kExitFailure;
     }
+    if (!lazy) wait_for_daemon(mountpoint);  // a lazy unmount may stay busy: do not wait for it
     return kExitOk;
   }
   // Not root: fusermount3 is the set-uid helper that may unmount a user's own FUSE mounts.
@@ -228,6 +299,7 @@ int cmd_umount(int argc, char** argv) {
   }
   int status = 0;
   if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return kExitFailure;
+  if (!lazy) wait_for_daemon(mountpoint);
   return kExitOk;
 }
 

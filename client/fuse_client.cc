@@ -8,14 +8,20 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <chrono>
 #include <ctime>
 #include <optional>
 #include <string>
 #include <thread>
+#include <csignal>
+#include <cstdio>
+#include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -40,6 +46,11 @@ const std::string kOrphanDir = ".bftfs-orphans";
 // The largest write() the kernel sends (conn->max_write) is this many 512 KiB WRITE ops, one request each.
 constexpr std::size_t kWriteOpsPerRequest = 2;
 const std::uint64_t kFileBytesMax = fs::FsOptions{}.file_bytes_max;
+// How long a daemon told to stop (SIGTERM, SIGINT, SIGHUP) still waits for its writes in flight to become
+// final (the backend may be unreachable: a stop must end), and how often a FLUSH checks its caller.
+constexpr std::chrono::seconds kStopGrace{10};
+constexpr std::chrono::milliseconds kCallerPoll{200};
+constexpr unsigned long kPfExiting = 0x4;  // PF_EXITING in /proc/<tid>/stat's flags (include/linux/sched.h)
 
 // ---- errno: one table from the wire's Linux errnos and our own failures to what FUSE replies ----
 // The wire carries Linux errno values (services/fs/fs_codec.h err::); this daemon runs on Linux, so a valid
@@ -62,6 +73,43 @@ mode_t type_bits(fs::FileType t) {
   return S_IFREG;
 }
 
+// Times on the wire are nanoseconds since the epoch as a signed 64-bit number in two's complement
+// (docs/FILESERVICE.md, Attr): 1677-09-21 .. 2262-04-11. The service stores them unchanged; the conversions
+// both ways are here. A kernel time outside that range is clamped to its end (as a local file system clamps
+// to its own s_time_min/max), never wrapped: a file from 1600 or 2600 must not come back as 1970 or 2015.
+constexpr std::int64_t kNsPerSec = 1000000000;
+
+timespec wire_to_timespec(std::uint64_t wire) {
+  const auto v = static_cast<std::int64_t>(wire);  // two's complement by definition of the wire format
+  std::int64_t sec = v / kNsPerSec;
+  std::int64_t nsec = v % kNsPerSec;
+  if (nsec < 0) {  // floor, so that tv_nsec is in [0, 1e9) also before 1970
+    nsec += kNsPerSec;
+    sec -= 1;
+  }
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(sec);
+  ts.tv_nsec = static_cast<long>(nsec);
+  BFT_ASSERT(ts.tv_nsec >= 0 && ts.tv_nsec < kNsPerSec);
+  return ts;
+}
+
+std::uint64_t timespec_to_wire(const timespec& ts) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  const std::int64_t sec = static_cast<std::int64_t>(ts.tv_sec);
+  const std::int64_t nsec = std::clamp<std::int64_t>(ts.tv_nsec, 0, kNsPerSec - 1);
+  std::int64_t v = 0;
+  if (sec > (kMax - nsec) / kNsPerSec) {
+    v = kMax;
+  } else if (sec < kMin / kNsPerSec) {  // kMin / 1e9 rounds toward zero: sec * 1e9 + nsec still fits at it
+    v = kMin;
+  } else {
+    v = sec * kNsPerSec + nsec;
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
 struct stat to_stat(const fs::Attr& a) {
   struct stat st {};
   st.st_ino = a.ino;
@@ -73,32 +121,41 @@ struct stat to_stat(const fs::Attr& a) {
   st.st_blocks = static_cast<blkcnt_t>(a.blocks);
   st.st_blksize = 65536;
   st.st_rdev = static_cast<dev_t>(a.rdev);
-  st.st_atim.tv_sec = static_cast<time_t>(a.atime_ns / 1000000000ull);
-  st.st_atim.tv_nsec = static_cast<long>(a.atime_ns % 1000000000ull);
-  st.st_mtim.tv_sec = static_cast<time_t>(a.mtime_ns / 1000000000ull);
-  st.st_mtim.tv_nsec = static_cast<long>(a.mtime_ns % 1000000000ull);
-  st.st_ctim.tv_sec = static_cast<time_t>(a.ctime_ns / 1000000000ull);
-  st.st_ctim.tv_nsec = static_cast<long>(a.ctime_ns % 1000000000ull);
+  st.st_atim = wire_to_timespec(a.atime_ns);
+  st.st_mtim = wire_to_timespec(a.mtime_ns);
+  st.st_ctim = wire_to_timespec(a.ctime_ns);
   return st;
 }
 
-std::uint64_t timespec_ns(const timespec& ts) {
-  if (ts.tv_sec < 0) return 0;  // before 1970: the wire has no negative times
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-fs::Cred cred_of(fuse_req_t req) {
+// The caller's credentials for an op. The wire carries at most fs::kGroupsMax (16) supplementary groups (as
+// NFS AUTH_SYS does) and Linux allows 65536; the service uses group membership only against the groups of
+// the objects the op touches (and a chgrp's new group). So the groups among `relevant` (those gids, when the
+// caller is in them) go first and the rest fill what is left: access through the 17th or 30th group counts
+// like the first. An object whose group this client does not know yet (e.g. a directory moved by name) is
+// checked with the first 16 only; under default_permissions the kernel has already checked it with all.
+fs::Cred cred_of(fuse_req_t req, std::initializer_list<std::optional<std::uint32_t>> relevant = {}) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
   fs::Cred c;
   c.uid = ctx->uid;
   c.gid = ctx->gid;
-  gid_t groups[64];
-  const int n = fuse_req_getgroups(req, 64, groups);
-  // n < 0: not available (e.g. the process is gone); the primary gid still applies. More groups than the wire
-  // carries: keep the first kGroupsMax (the kernel already checked with all of them under default_permissions).
-  for (int i = 0; i < n && i < 64 && c.groups.size() < fs::kGroupsMax; ++i) {
-    if (groups[i] != c.gid) c.groups.push_back(groups[i]);
+  std::vector<gid_t> groups(64);
+  int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+  if (n > static_cast<int>(groups.size())) {  // more than 64: ask again with room for all of them
+    groups.resize(static_cast<std::size_t>(n));
+    n = fuse_req_getgroups(req, n, groups.data());
   }
+  // n < 0: not available (e.g. the process is gone); the primary gid still applies.
+  groups.resize(static_cast<std::size_t>(std::clamp(n, 0, static_cast<int>(groups.size()))));
+  auto add = [&](std::uint32_t g) {
+    if (c.groups.size() >= fs::kGroupsMax || g == c.gid) return;
+    if (std::find(c.groups.begin(), c.groups.end(), g) != c.groups.end()) return;
+    c.groups.push_back(g);
+  };
+  for (const auto& g : relevant) {
+    if (g && std::find(groups.begin(), groups.end(), static_cast<gid_t>(*g)) != groups.end()) add(*g);
+  }
+  for (const gid_t g : groups) add(g);
+  BFT_ASSERT(c.groups.size() <= fs::kGroupsMax);
   return c;
 }
 
@@ -159,7 +216,9 @@ thread_local InterruptScope* tl_scope = nullptr;
 
 class InterruptScope {
  public:
-  InterruptScope(fuse_req_t req, NodeTable& table) : req_(req), table_(table) {
+  // `stopping`: the daemon's stop flag (SIGTERM): a stopping daemon ends every wait as if interrupted.
+  InterruptScope(fuse_req_t req, NodeTable& table, const std::atomic<bool>& stopping)
+      : req_(req), table_(table), stopping_(stopping) {
     BFT_ASSERT(tl_scope == nullptr);  // one scope per handler
     tl_scope = this;
     fuse_req_interrupt_func(req_, &InterruptScope::on_interrupt, this);
@@ -175,7 +234,7 @@ class InterruptScope {
   InterruptScope(const InterruptScope&) = delete;
   InterruptScope& operator=(const InterruptScope&) = delete;
 
-  bool interrupted() const { return flag_.load(); }
+  bool interrupted() const { return flag_.load() || stopping_.load(); }
   // Waiters on a call's condition variable register it so the interrupt wakes them too.
   void set_wakeup(std::mutex* mu, std::condition_variable* cv) {
     std::lock_guard<std::mutex> lock(wake_mu_);
@@ -198,6 +257,7 @@ class InterruptScope {
   }
   fuse_req_t req_;
   NodeTable& table_;
+  const std::atomic<bool>& stopping_;
   std::atomic<bool> flag_{false};
   bool ended_ = false;
   std::mutex wake_mu_;
@@ -232,6 +292,34 @@ struct Waiter {
   Final fin;
 };
 
+// Whether thread `tid` is exiting (PF_EXITING). A process killed while its writes are in flight closes its
+// files from do_exit, and there FLUSH cannot be interrupted any more (the fatal signal is consumed, a second
+// SIGKILL is ignored): the kernel waits for our answer, so FLUSH must not wait for a backend that may be
+// unreachable. The answer goes to nobody; the writes still go on, and release waits for them. A thread that
+// is gone counts as exiting.
+bool thread_exiting(pid_t tid) {
+  if (tid <= 0) return false;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // After the command name's closing parenthesis: state ppid pgrp session tty_nr tpgid flags.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return false;
+  char state = 0;
+  long ppid = 0, pgrp = 0, session = 0, tty = 0, tpgid = 0;
+  unsigned long flags = 0;
+  if (std::sscanf(p + 1, " %c %ld %ld %ld %ld %ld %lu", &state, &ppid, &pgrp, &session, &tty, &tpgid, &flags) != 7) {
+    return false;
+  }
+  return (flags & kPfExiting) != 0;
+}
+
 }  // namespace
 
 struct FuseClient::Impl {
@@ -243,6 +331,12 @@ struct FuseClient::Impl {
   std::string mountpoint;
   std::atomic<std::uint64_t> next_seq{1};
   std::atomic<bool> mounted{false};
+  // Set by a termination signal (serve()): every wait ends (handlers answer EINTR, un-interruptible waits
+  // EIO), the mount goes away, and writes in flight get kStopGrace to become final before the daemon exits.
+  std::atomic<bool> stopping{false};
+  std::atomic<std::int64_t> stop_deadline_ns{0};  // steady clock
+  std::mutex live_mu;
+  std::set<std::shared_ptr<Waiter>> live;  // call()s waiting, woken by stop()
   // Hidden files of this mount (silly renames) go to one directory at the root that readdir never lists, so
   // user-visible directories never show them and can be removed while such files are open.
   std::mutex orphans_mu;
@@ -254,6 +348,60 @@ struct FuseClient::Impl {
   std::shared_timed_mutex ns_mu;
 
   explicit Impl(MountOptions o) : opt(o) {}
+
+  // Kernel cache invalidations wanted by backend callbacks. A callback must not write the notification to
+  // /dev/fuse itself: the kernel may hold the page locks of a write() whose handler waits for callbacks
+  // (write-behind's memory bound), and the invalidation would wait for those locks. One thread sends them.
+  std::mutex inval_mu;
+  std::condition_variable inval_cv;
+  std::vector<FuseIno> inval_queue;
+  bool inval_done = false;
+
+  void request_inval(FuseIno id) {
+    {
+      std::lock_guard<std::mutex> lock(inval_mu);
+      inval_queue.push_back(id);
+    }
+    inval_cv.notify_one();
+  }
+
+  // The invalidation thread's body: drops the pages and attributes of each queued node (a node the kernel
+  // forgot meanwhile gives ENOENT: nothing to drop). Returns once inval_done is set and the queue is empty.
+  void run_invalidations() {
+    std::unique_lock<std::mutex> lock(inval_mu);
+    for (;;) {
+      inval_cv.wait(lock, [this] { return inval_done || !inval_queue.empty(); });
+      if (inval_queue.empty()) return;
+      std::vector<FuseIno> batch;
+      batch.swap(inval_queue);
+      lock.unlock();
+      for (const FuseIno id : batch) (void)fuse_lowlevel_notify_inval_inode(se, id, 0, 0);
+      lock.lock();
+    }
+  }
+
+  // Ends every wait (see `stopping`). Thread-safe; not async-signal-safe (serve() calls it from a thread).
+  void stop() {
+    stop_deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               (std::chrono::steady_clock::now() + kStopGrace).time_since_epoch())
+                               .count());
+    stopping.store(true);
+    {
+      std::lock_guard<std::mutex> lock(live_mu);
+      for (const auto& w : live) {
+        { std::lock_guard<std::mutex> l2(w->mu); }
+        w->cv.notify_all();
+      }
+    }
+    table.notify_waiters();
+  }
+
+  bool stop_grace_over() const {
+    if (!stopping.load()) return false;
+    const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch()).count();
+    return now >= stop_deadline_ns.load();
+  }
 
   // Locks ns_mu (shared or exclusive) unless `scope` is interrupted first; the holder only waits for the
   // backend, interruptibly, so a waiter here stays killable.
@@ -317,23 +465,31 @@ struct FuseClient::Impl {
       }
       w->cv.notify_all();
     };
+    {
+      std::lock_guard<std::mutex> lock(live_mu);
+      live.insert(w);
+    }
     const std::uint64_t tag = backend->submit(r, so, std::move(cb));
+    bool done = false;
     {
       if (scope != nullptr) scope->set_wakeup(&w->mu, &w->cv);
       std::unique_lock<std::mutex> lock(w->mu);
-      w->cv.wait(lock, [&] { return w->done || (scope != nullptr && scope->interrupted()); });
-      if (!w->done) {
-        lock.unlock();
-        if (scope != nullptr) scope->set_wakeup(nullptr, nullptr);
-        backend->cancel(tag);
-        // A mutation that may still execute at any later time: the attribute cache can no longer tell which
-        // attributes predate it, so it stops answering for the rest of this mount's life (rare: an interrupt).
-        if (!read_only) attr_barrier.store(UINT64_MAX);
-        out.err = EINTR;
-        return out;
-      }
+      w->cv.wait(lock, [&] { return w->done || stopping.load() || (scope != nullptr && scope->interrupted()); });
+      done = w->done;
     }
     if (scope != nullptr) scope->set_wakeup(nullptr, nullptr);
+    {
+      std::lock_guard<std::mutex> lock(live_mu);
+      live.erase(w);
+    }
+    if (!done) {
+      backend->cancel(tag);
+      // A mutation that may still execute at any later time: the attribute cache can no longer tell which
+      // attributes predate it, so it stops answering for the rest of this mount's life (rare: an interrupt).
+      if (!read_only) attr_barrier.store(UINT64_MAX);
+      out.err = scope != nullptr ? EINTR : EIO;
+      return out;
+    }
     // Every request submitted from now on is ordered after this mutation (or, read-only, runs on a state
     // that includes it).
     if (!read_only) {
@@ -455,16 +611,22 @@ struct FuseClient::Impl {
   }
 
   std::optional<fs::Handle> handle_of(FuseIno id) { return table.handle(id); }
+  // The group of node `id` as this client last saw it (for cred_of), or nothing if unknown.
+  std::optional<std::uint32_t> gid_of(FuseIno id) {
+    const auto s = table.snapshot(id);
+    if (!s) return std::nullopt;
+    return s->attr.gid;
+  }
 
   // ---- handlers ----
 
   void lookup(fuse_req_t req, FuseIno parent, const char* name) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
-    fs::Op op = make_op(OpCode::kLookup, cred_of(req));
+    fs::Op op = make_op(OpCode::kLookup, cred_of(req, {gid_of(parent)}));
     op.handle = *dir;
     op.name = name;
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     CallResult r = call(&scope, single(std::move(op)), true);
     if (r.err == ENOENT) ++stats.lookups_enoent;
     if (r.err == ENOENT && opt.negative_timeout_s > 0) {
@@ -478,12 +640,31 @@ struct FuseClient::Impl {
     reply_entry(req, r.result.results[0].attr, r.seq);
   }
 
-  void forget(FuseIno id, std::uint64_t n) { (void)table.forget(id, n); }
+  void forget(FuseIno id, std::uint64_t n) {
+    std::optional<SillyName> hidden;
+    (void)table.forget(id, n, &hidden);
+    if (hidden) remove_hidden_async(*hidden);
+  }
+
+  // remove_hidden without waiting (forget has no reply and must not hold a handler thread for a round trip).
+  void remove_hidden_async(const SillyName& s) {
+    fs::Op op = make_op(OpCode::kRemove, fs::Cred{0, 0, {}});
+    op.handle = s.dir;
+    op.name = s.name;
+    Callbacks cb;
+    cb.on_final = [name = s.name](Final f) {
+      const CallResult r = interpret(std::move(f), CallResult{});
+      if (r.err != 0 && r.err != ENOENT) {
+        LOG_WARN("", "client: could not remove hidden file %s: %s", name.c_str(), std::strerror(r.err));
+      }
+    };
+    (void)backend->submit(single(std::move(op)), SubmitOptions{}, std::move(cb));
+  }
 
   void getattr(fuse_req_t req, FuseIno id) {
     const auto s = table.snapshot(id);
     if (!s) return (void)freply_err(req, ESTALE);
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     // Our own writes in flight: their size is in the overlay, but their mtime, ctime and blocks are the
     // service's (agreed time) and known only once they are final. stat after write must show them, so wait.
     if (s->has_pending) kick_writes(id, stats.stage_sends_getattr);
@@ -507,7 +688,7 @@ struct FuseClient::Impl {
       }
     }
     ++stats.getattr_cache_misses;
-    fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
+    fs::Op op = make_op(OpCode::kGetattr, cred_of(req, {s->attr.gid}));
     op.handle = s->handle;
     CallResult r = call(&scope, single(std::move(op)), true);
     if (r.err == ESTALE && s->opens > 0) {
@@ -526,7 +707,7 @@ struct FuseClient::Impl {
   void setattr(fuse_req_t req, FuseIno id, const struct stat* attr, int to_set) {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     // Truncation must follow our writes in flight (a truncate is ordered after them anyway; waiting also keeps
     // the overlay from extending the size the truncate sets).
     if ((to_set & FUSE_SET_ATTR_SIZE) != 0) {
@@ -536,7 +717,9 @@ struct FuseClient::Impl {
     if ((to_set & FUSE_SET_ATTR_SIZE) != 0 && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
       return (void)freply_err(req, EINTR);
     }
-    fs::Op op = make_op(OpCode::kSetattr, cred_of(req));
+    const std::optional<std::uint32_t> new_gid =
+        (to_set & FUSE_SET_ATTR_GID) != 0 ? std::optional<std::uint32_t>(attr->st_gid) : std::nullopt;
+    fs::Op op = make_op(OpCode::kSetattr, cred_of(req, {gid_of(id), new_gid}));
     op.handle = *h;
     std::uint8_t m = 0;
     if ((to_set & FUSE_SET_ATTR_MODE) != 0) {
@@ -560,13 +743,13 @@ struct FuseClient::Impl {
       m |= fs::setattr::kAtimeNow;
     } else if ((to_set & FUSE_SET_ATTR_ATIME) != 0) {
       m |= fs::setattr::kAtime;
-      op.atime_ns = timespec_ns(attr->st_atim);
+      op.atime_ns = timespec_to_wire(attr->st_atim);
     }
     if ((to_set & FUSE_SET_ATTR_MTIME_NOW) != 0) {
       m |= fs::setattr::kMtimeNow;
     } else if ((to_set & FUSE_SET_ATTR_MTIME) != 0) {
       m |= fs::setattr::kMtime;
-      op.mtime_ns = timespec_ns(attr->st_mtim);
+      op.mtime_ns = timespec_to_wire(attr->st_mtim);
     }
     op.mask = m;
     if (m == 0) op.code = OpCode::kGetattr;  // only ctime or kill-suid asked: nothing the wire sets by itself
@@ -594,7 +777,7 @@ struct FuseClient::Impl {
     if (!h) return (void)freply_err(req, ESTALE);
     fs::Op op = make_op(OpCode::kReadlink, cred_of(req));
     op.handle = *h;
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     CallResult r = call(&scope, single(std::move(op)), true);
     if (r.err != 0) return (void)freply_err(req, r.err);
     freply_readlink(req, r.result.results[0].target.c_str());
@@ -602,7 +785,7 @@ struct FuseClient::Impl {
 
   // MKNOD, MKDIR, SYMLINK and CREATE without open: one op that returns the new object's Attr.
   void make_entry(fuse_req_t req, fs::Op op) {
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     const OpCode code = op.code;
     const fs::Handle dir = code == OpCode::kLink ? op.handle2 : op.handle;
     CallResult r = call(&scope, with_dir_attrs(std::move(op), {dir}), false);
@@ -616,7 +799,7 @@ struct FuseClient::Impl {
   void mknod(fuse_req_t req, FuseIno parent, const char* name, mode_t mode, dev_t rdev) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
-    fs::Op op = make_op(OpCode::kMknod, cred_of(req));
+    fs::Op op = make_op(OpCode::kMknod, cred_of(req, {gid_of(parent)}));
     op.handle = *dir;
     op.name = name;
     op.mode = mode & 07777;
@@ -644,7 +827,7 @@ struct FuseClient::Impl {
   void mkdir(fuse_req_t req, FuseIno parent, const char* name, mode_t mode) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
-    fs::Op op = make_op(OpCode::kMkdir, cred_of(req));
+    fs::Op op = make_op(OpCode::kMkdir, cred_of(req, {gid_of(parent)}));
     op.handle = *dir;
     op.name = name;
     op.mode = mode & 07777;
@@ -654,7 +837,7 @@ struct FuseClient::Impl {
   void symlink(fuse_req_t req, const char* link, FuseIno parent, const char* name) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
-    fs::Op op = make_op(OpCode::kSymlink, cred_of(req));
+    fs::Op op = make_op(OpCode::kSymlink, cred_of(req, {gid_of(parent)}));
     op.handle = *dir;
     op.name = name;
     op.target = link;
@@ -662,12 +845,14 @@ struct FuseClient::Impl {
     make_entry(req, std::move(op));
   }
 
-  // If (dir, name) names a regular file this client has open and whose last link that name is, returns its
-  // node: removing the name must then hide the file instead (silly rename).
+  // If (dir, name) names a regular file whose last link that name is and which the kernel still references
+  // (an open, or a lookup it may be about to open: another process's path walk may have found this very file
+  // and be on its way to OPEN), returns its node: removing the name must then hide the file instead (silly
+  // rename), and the hidden name goes at the kernel's last release or forget. This is the inode lifetime of a
+  // local file system (an unlinked inode lives while referenced), as libfuse asks of a file system.
   std::optional<FuseIno> open_last_link(InterruptScope& scope, const fs::Cred& cred, const fs::Handle& dir,
                                        const std::string& name, int& err) {
     err = 0;
-    if (!table.any_open()) return std::nullopt;
     fs::Op op = make_op(OpCode::kLookup, cred);
     op.handle = dir;
     op.name = name;
@@ -680,9 +865,7 @@ struct FuseClient::Impl {
     const fs::Attr& a = r.result.results[0].attr;
     if (a.type != fs::FileType::kRegular || a.nlink != 1) return std::nullopt;
     const auto id = table.find(a.handle());
-    if (!id) return std::nullopt;
-    const auto s = table.snapshot(*id);
-    if (!s || s->opens == 0) return std::nullopt;
+    if (!id || !table.referenced(*id)) return std::nullopt;
     return id;
   }
 
@@ -770,8 +953,8 @@ struct FuseClient::Impl {
   void unlink(fuse_req_t req, FuseIno parent, const char* name) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
-    const fs::Cred cred = cred_of(req);
-    InterruptScope scope(req, table);
+    const fs::Cred cred = cred_of(req, {gid_of(parent)});
+    InterruptScope scope(req, table, stopping);
     NsLock ns(ns_mu, scope, true);
     if (!ns.held()) return (void)freply_err(req, EINTR);
     int err = 0;
@@ -790,10 +973,10 @@ struct FuseClient::Impl {
   void rmdir(fuse_req_t req, FuseIno parent, const char* name) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
-    fs::Op op = make_op(OpCode::kRmdir, cred_of(req));
+    fs::Op op = make_op(OpCode::kRmdir, cred_of(req, {gid_of(parent)}));
     op.handle = *dir;
     op.name = name;
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     CallResult r = call(&scope, with_dir_attrs(std::move(op), {*dir}), false);
     note_dir_attrs(r, 1);
     freply_err(req, r.err);
@@ -805,8 +988,8 @@ struct FuseClient::Impl {
     const auto from = handle_of(parent);
     const auto to = handle_of(newparent);
     if (!from || !to) return (void)freply_err(req, ESTALE);
-    const fs::Cred cred = cred_of(req);
-    InterruptScope scope(req, table);
+    const fs::Cred cred = cred_of(req, {gid_of(parent), gid_of(newparent)});
+    InterruptScope scope(req, table, stopping);
     fs::Op mv = make_op(OpCode::kRename, cred);
     mv.handle = *from;
     mv.name = name;
@@ -857,7 +1040,7 @@ struct FuseClient::Impl {
     const auto h = handle_of(id);
     const auto dir = handle_of(newparent);
     if (!h || !dir) return (void)freply_err(req, ESTALE);
-    fs::Op op = make_op(OpCode::kLink, cred_of(req));
+    fs::Op op = make_op(OpCode::kLink, cred_of(req, {gid_of(newparent), gid_of(id)}));
     op.handle = *h;
     op.handle2 = *dir;
     op.name = newname;
@@ -936,8 +1119,8 @@ struct FuseClient::Impl {
   void open(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
     const auto s = table.snapshot(id);
     if (!s) return (void)freply_err(req, ESTALE);
-    const fs::Cred cred = cred_of(req);
-    InterruptScope scope(req, table);
+    const fs::Cred cred = cred_of(req, {s->attr.gid});
+    InterruptScope scope(req, table, stopping);
     NsLock ns(ns_mu, scope, false);
     if (!ns.held()) return (void)freply_err(req, EINTR);
     fs::Attr attr = s->attr;
@@ -985,9 +1168,9 @@ struct FuseClient::Impl {
     auto* of = new OpenFile{id, fi->flags, cred};
     fi->fh = reinterpret_cast<std::uint64_t>(of);
     fi->keep_cache = keep ? 1 : 0;
-    // O_APPEND writes land where the service says (atomic across clients), which the kernel cannot predict:
-    // bypass the page cache for such descriptors.
-    if ((fi->flags & O_APPEND) != 0) fi->direct_io = 1;
+    // O_APPEND descriptors use the page cache like any other (so they can be mapped: direct_io would forbid
+    // shared mappings, and libfuse 3.14 cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP); write() places the data
+    // where the service's end is (see write()).
     if (freply_open(req, fi) != 0) {
       (void)table.released(id);
       delete of;
@@ -997,7 +1180,7 @@ struct FuseClient::Impl {
   void create(fuse_req_t req, FuseIno parent, const char* name, mode_t mode, fuse_file_info* fi) {
     const auto dir = handle_of(parent);
     if (!dir) return (void)freply_err(req, ESTALE);
-    const fs::Cred cred = cred_of(req);
+    const fs::Cred cred = cred_of(req, {gid_of(parent)});
     fs::Request r;
     fs::Op op = make_op(OpCode::kCreate, cred);
     op.handle = *dir;
@@ -1019,7 +1202,7 @@ struct FuseClient::Impl {
       g.handle = *dir;
       r.ops.push_back(std::move(g));
     }
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     NsLock ns(ns_mu, scope, false);
     if (!ns.held()) return (void)freply_err(req, EINTR);
     CallResult res = call(&scope, r, false);
@@ -1032,7 +1215,6 @@ struct FuseClient::Impl {
     auto* of = new OpenFile{id, fi->flags, cred};
     fi->fh = reinterpret_cast<std::uint64_t>(of);
     fi->keep_cache = 1;
-    if ((fi->flags & O_APPEND) != 0) fi->direct_io = 1;
     fuse_entry_param e{};
     e.ino = id;
     e.generation = attr.generation;
@@ -1052,7 +1234,7 @@ struct FuseClient::Impl {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     if (off < 0) return (void)freply_err(req, EINVAL);
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     // Read-your-writes: the data of our writes in flight is only in the service once they are final.
     kick_writes(id, stats.stage_sends_read);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
@@ -1089,14 +1271,19 @@ struct FuseClient::Impl {
       return (void)freply_err(req, EFBIG);
     }
     {
-      InterruptScope scope(req, table);
+      InterruptScope scope(req, table, stopping);
       const std::uint64_t limit = opt.write_behind_bytes_max > size ? opt.write_behind_bytes_max - size : 0;
       if (table.pending_bytes() > limit) kick_all_writes();  // staged bytes count: send them
       if (!table.wait_pending_below(limit, [&] { return scope.interrupted(); })) {
         return (void)freply_err(req, EINTR);
       }
     }
-    const bool append = of != nullptr && (of->flags & O_APPEND) != 0;
+    // O_APPEND: WRITE with the append flag, so the service places the data at the end it sees when the request
+    // executes: atomic across clients. The kernel put the same bytes in its page cache at its own idea of the
+    // end (`off`); that is the same place unless another client appended meanwhile, and then the callback has
+    // this file's cached pages and attributes dropped. Write-back of a shared mapping (fi->writepage) goes to
+    // the page's own offset, also on an O_APPEND descriptor.
+    const bool append = append_mode && fi->writepage == 0;
     const fs::Cred cred = io_cred(of, id, 2);
     // One WRITE op of at most 512 KiB per request: a PBFT operation is at most 1 MiB including the shim's
     // envelope, so two maximal ops would not fit. The requests execute in submission order, so a large
@@ -1111,7 +1298,7 @@ struct FuseClient::Impl {
       op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
                      reinterpret_cast<const std::uint8_t*>(buf) + done + n);
       table.write_submitted(id, op.offset, n, append);
-      queue_write(id, std::move(op));
+      queue_write(id, std::move(op), static_cast<std::uint64_t>(off) + done);
       drop_prefetch(id);
       done += n;
     } while (done < size);
@@ -1133,6 +1320,9 @@ struct FuseClient::Impl {
   struct WritePiece {
     std::uint64_t offset = 0;
     std::uint64_t len = 0;
+    bool append = false;
+    std::uint64_t kernel_offset = 0;  // where the kernel's page cache put the bytes
+    std::size_t op_index = 0;         // the op of the compound request that carries them
   };
   struct StagedRequest {
     fs::Request request;
@@ -1148,8 +1338,8 @@ struct FuseClient::Impl {
   static constexpr std::size_t kCoalesceOpsMax = 32;  // ops per coalesced request (the wire allows 64)
   static constexpr std::chrono::milliseconds kStageDelay{20};
 
-  void queue_write(FuseIno id, fs::Op op) {
-    const WritePiece piece{op.offset, op.data.size()};
+  void queue_write(FuseIno id, fs::Op op, std::uint64_t kernel_offset) {
+    WritePiece piece{op.offset, op.data.size(), op.append, kernel_offset, 0};
     std::lock_guard<std::mutex> lock(wq_mu);
     auto it = staged_writes.find(id);
     if (it != staged_writes.end() && (it->second.bytes + op.data.size() > fs::kIoBytesMax ||
@@ -1166,7 +1356,6 @@ struct FuseClient::Impl {
     }
     StagedRequest& st = it->second;
     st.bytes += op.data.size();
-    st.pieces.push_back(piece);
     fs::Op* last = st.request.ops.empty() ? nullptr : &st.request.ops.back();
     if (last != nullptr && !op.append && !last->append && last->offset + last->data.size() == op.offset &&
         last->cred == op.cred) {
@@ -1174,6 +1363,8 @@ struct FuseClient::Impl {
     } else {
       st.request.ops.push_back(std::move(op));
     }
+    piece.op_index = st.request.ops.size() - 1;
+    st.pieces.push_back(piece);
     if (st.bytes >= fs::kIoBytesMax) submit_staged_locked(it, stats.stage_sends_full);
   }
 
@@ -1215,6 +1406,19 @@ struct FuseClient::Impl {
       CallResult out = interpret(std::move(f), CallResult{});
       std::optional<fs::Attr> attr;
       if (out.err == 0 && !out.result.results.empty()) attr = out.result.results.back().attr;
+      // An append lands at (size after it) - len; elsewhere than the kernel's offset (another client appended
+      // meanwhile), this mount's cached pages are wrong: dropped now (asynchronously) and, for certain, at the
+      // next open. Every append is an op of its own (never merged), with its own result.
+      bool misplaced = false;
+      for (const WritePiece& p : pieces) {
+        if (!p.append || out.err != 0 || p.op_index >= out.result.results.size()) continue;
+        const fs::Attr& a = out.result.results[p.op_index].attr;
+        misplaced = misplaced || a.size < p.len || a.size - p.len != p.kernel_offset;
+      }
+      if (misplaced) {
+        table.drop_data_version(id);
+        request_inval(id);
+      }
       for (const WritePiece& p : pieces) {
         table.write_finished(id, p.offset, p.len, static_cast<std::uint32_t>(out.err), attr, seq);
       }
@@ -1256,9 +1460,28 @@ struct FuseClient::Impl {
   }
 
   void flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     kick_writes(id, stats.stage_sends_close);
-    if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+    const pid_t caller = fuse_req_ctx(req)->pid;
+    bool exiting = false;
+    auto last_check = std::chrono::steady_clock::now();
+    const bool done = table.wait_writes(
+        id,
+        [&] {
+          if (scope.interrupted()) return true;
+          // At most every kCallerPoll (this runs under the table's lock, at every write's completion).
+          const auto now = std::chrono::steady_clock::now();
+          if (now - last_check < kCallerPoll) return false;
+          last_check = now;
+          exiting = thread_exiting(caller);
+          return exiting;
+        },
+        kCallerPoll);
+    if (!done && exiting) {
+      LOG_INFO("", "client: flush for exiting thread %d answered before its writes are final", static_cast<int>(caller));
+      return (void)freply_err(req, 0);
+    }
+    if (!done) return (void)freply_err(req, EINTR);
     // The kernel may have cached attributes from before the last write became final (mtime and ctime are the
     // service's): after close, stat must show the write, so drop them (attributes only; safe in a handler:
     // the kernel holds no inode lock while it waits for FLUSH).
@@ -1272,7 +1495,7 @@ struct FuseClient::Impl {
     auto* of = reinterpret_cast<OpenFile*>(fi->fh);
     // Nobody receives release's answer; the writes still have to be final before the file counts as closed.
     kick_writes(id, stats.stage_sends_close);
-    (void)table.wait_writes(id, nullptr);
+    (void)table.wait_writes(id, [this] { return stopping.load(); });
     drop_prefetch(id);
     const auto hidden = table.released(id);
     if (hidden) remove_hidden(*hidden);
@@ -1283,7 +1506,7 @@ struct FuseClient::Impl {
   void fsync(fuse_req_t req, FuseIno id) {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     kick_writes(id, stats.stage_sends_fsync);
     if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
     const std::uint32_t werr = table.take_write_error(id);
@@ -1299,8 +1522,8 @@ struct FuseClient::Impl {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     if (!opt.default_permissions) {
-      InterruptScope scope(req, table);
-      const int e = check_access(scope, cred_of(req), *h, 4);
+      InterruptScope scope(req, table, stopping);
+      const int e = check_access(scope, cred_of(req, {gid_of(id)}), *h, 4);
       if (e != 0) return (void)freply_err(req, e);
     }
     fi->fh = 0;
@@ -1312,13 +1535,13 @@ struct FuseClient::Impl {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
     if (off < 0) return (void)freply_err(req, EINVAL);
-    fs::Op op = make_op(plus ? OpCode::kReaddirPlus : OpCode::kReaddir, cred_of(req));
+    fs::Op op = make_op(plus ? OpCode::kReaddirPlus : OpCode::kReaddir, cred_of(req, {gid_of(id)}));
     op.handle = *h;
     op.cookie = static_cast<std::uint64_t>(off);
     // An entry takes at least 24 bytes (readdirplus: about 150): ask for what can fit, within the wire's bound.
     const std::size_t per = plus ? 152 : 32;
     op.count = static_cast<std::uint32_t>(std::clamp<std::size_t>(size / per + 1, 1, fs::kReaddirEntriesMax));
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     CallResult r = call(&scope, single(std::move(op)), true);
     if (r.err == ESTALE) return (void)freply_buf(req, nullptr, 0);  // removed while open: reads as empty
     if (r.err != 0) return (void)freply_err(req, r.err);
@@ -1363,7 +1586,7 @@ struct FuseClient::Impl {
   void statfs(fuse_req_t req) {
     fs::Op op = make_op(OpCode::kStatfs, cred_of(req));
     op.handle = kRootHandle;
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     CallResult r = call(&scope, single(std::move(op)), true);
     if (r.err != 0) return (void)freply_err(req, r.err);
     const fs::StatFs& s = r.result.results[0].statfs;
@@ -1383,15 +1606,15 @@ struct FuseClient::Impl {
   void access(fuse_req_t req, FuseIno id, int mask) {
     const auto h = handle_of(id);
     if (!h) return (void)freply_err(req, ESTALE);
-    InterruptScope scope(req, table);
+    InterruptScope scope(req, table, stopping);
     const std::uint8_t want = static_cast<std::uint8_t>(mask & 7);
     if (want == 0) {
-      fs::Op op = make_op(OpCode::kGetattr, cred_of(req));
+      fs::Op op = make_op(OpCode::kGetattr, cred_of(req, {gid_of(id)}));
       op.handle = *h;
       CallResult r = call(&scope, single(std::move(op)), true);
       return (void)freply_err(req, r.err);
     }
-    freply_err(req, check_access(scope, cred_of(req), *h, want));
+    freply_err(req, check_access(scope, cred_of(req, {gid_of(id)}), *h, want));
   }
 };
 
@@ -1689,24 +1912,140 @@ class StatusWriter {
 
 }  // namespace
 
-int FuseClient::serve(Backend& backend) {
+namespace {
+
+// Termination signals: the handler only marks the session as exited and writes one byte to a pipe (both
+// async-signal-safe); a thread of serve() reads it and does the rest (FuseClient::Impl::stop()).
+int g_stop_pipe_write = -1;
+fuse_session* g_stop_session = nullptr;
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
+// Sent to the thread running the FUSE loop after a stop: its wait for the workers (sem_wait) returns EINTR
+// and it notices the session has exited, also when the termination signal hit another thread.
+constexpr int kWakeSignal = SIGUSR2;
+
+void on_stop_signal(int) {
+  if (g_stop_session != nullptr) fuse_session_exit(g_stop_session);
+  const char c = 1;
+  const ssize_t n = ::write(g_stop_pipe_write, &c, 1);
+  (void)n;
+}
+
+void on_wake_signal(int) {}
+
+}  // namespace
+
+int FuseClient::serve(Backend& backend, std::function<void()> on_detached, std::chrono::milliseconds detach_after) {
   BFT_ASSERT(impl_->se != nullptr);
-  StatusWriter status(impl_->opt.status_path, impl_->stats);
+  BFT_ASSERT(g_stop_session == nullptr);  // one serving client per process
   impl_->backend = &backend;
-  if (fuse_set_signal_handlers(impl_->se) != 0) return -1;
+  StatusWriter status(impl_->opt.status_path, impl_->stats);
+  int pipe_fds[2] = {-1, -1};
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
   impl_->start_stage_flusher();
+  ::fcntl(pipe_fds[1], F_SETFL, O_NONBLOCK);
+  g_stop_pipe_write = pipe_fds[1];
+  g_stop_session = impl_->se;
+  // No SA_RESTART: a blocking read of /dev/fuse or the loop's wait must return EINTR.
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_stop[std::size(kStopSignals)] = {};
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &sa, &old_stop[i]);
+  struct sigaction wake {}, old_wake {}, ign {}, old_pipe {};
+  wake.sa_handler = on_wake_signal;
+  sigemptyset(&wake.sa_mask);
+  ::sigaction(kWakeSignal, &wake, &old_wake);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  ::sigaction(SIGPIPE, &ign, &old_pipe);
+
+  const pthread_t loop_thread = pthread_self();
+  Impl* impl = impl_.get();
+  std::thread stopper([impl, loop_thread, rfd = pipe_fds[0]] {
+    bool stopped = false;
+    for (;;) {
+      char c = 0;
+      const ssize_t n = ::read(rfd, &c, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || c == 0) return;  // serve() is done
+      if (stopped) continue;
+      stopped = true;
+      LOG_INFO("", "mount: termination signal: stopping (writes in flight get %lld s)",
+               static_cast<long long>(kStopGrace.count()));
+      impl->stop();
+      pthread_kill(loop_thread, kWakeSignal);
+    }
+  });
+
+  std::thread invalidator([impl] { impl->run_invalidations(); });
+
+  // Once the session has ended (unmounted), the rest of serve() may wait for the backend: handlers still
+  // waiting (a release waits for its file's writes) and then the writes in flight. If that takes longer than
+  // `detach_after`, on_detached() tells the world this daemon no longer matters to a later mount.
+  std::mutex detach_mu;
+  std::condition_variable detach_cv;
+  bool serve_done = false;
+  std::thread detacher([&] {
+    std::unique_lock<std::mutex> lock(detach_mu);
+    std::optional<std::chrono::steady_clock::time_point> ended_at;
+    while (!serve_done) {
+      detach_cv.wait_for(lock, std::chrono::milliseconds(100));
+      if (serve_done) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (!ended_at && fuse_session_exited(impl->se) != 0) ended_at = now;
+      if (ended_at && now - *ended_at >= detach_after) {
+        LOG_WARN("", "mount: unmounted, still waiting for the backend (%llu writes in flight); umount need not wait",
+                 static_cast<unsigned long long>(impl->table.writes_in_flight()));
+        if (on_detached) on_detached();
+        return;
+      }
+    }
+  });
+
   fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(cfg, impl_->opt.max_threads);
   fuse_loop_cfg_set_idle_threads(cfg, 4);
-  const int rc = fuse_session_loop_mt(impl_->se, cfg);
+  int rc = fuse_session_loop_mt(impl_->se, cfg);
   fuse_loop_cfg_destroy(cfg);
-  fuse_remove_signal_handlers(impl_->se);
-  // Writes answered but not yet final must still reach the service before we go.
+  {
+    std::lock_guard<std::mutex> lock(impl_->inval_mu);
+    impl_->inval_done = true;
+  }
+  impl_->inval_cv.notify_one();
+  invalidator.join();
+  // Nothing more will be served: let the mount point go now (a no-op after `bftfs umount`), then let the
+  // writes answered but not yet final reach the service. They may wait as long as the backend retries (a hard
+  // mount) unless the daemon was told to stop: then for kStopGrace at most.
+  // Writes staged but not yet sent go now (the stage flusher is stopped after them: nothing stages any more).
   impl_->kick_all_writes();
   impl_->stop_stage_flusher();
-  impl_->table.wait_all_writes();
   fuse_session_unmount(impl_->se);
   impl_->mounted.store(false);
+  // The kernel is gone and sends no more forgets: files it still referenced after their last unlink go now.
+  for (const SillyName& hidden : impl_->table.take_all_silly()) impl_->remove_hidden(hidden);
+  if (!impl_->table.wait_all_writes([impl] { return impl->stop_grace_over(); })) {
+    LOG_ERROR("", "mount: stopped with %llu writes still in flight (the backend did not answer in %lld s): "
+              "their data is lost", static_cast<unsigned long long>(impl_->table.writes_in_flight()),
+              static_cast<long long>(kStopGrace.count()));
+    rc = -1;
+  }
+  {
+    std::lock_guard<std::mutex> lock(detach_mu);
+    serve_done = true;
+  }
+  detach_cv.notify_all();
+  detacher.join();
+  const char zero = 0;
+  while (::write(pipe_fds[1], &zero, 1) < 0 && errno == EINTR) {
+  }
+  stopper.join();
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &old_stop[i], nullptr);
+  ::sigaction(kWakeSignal, &old_wake, nullptr);
+  ::sigaction(SIGPIPE, &old_pipe, nullptr);
+  g_stop_session = nullptr;
+  g_stop_pipe_write = -1;
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
   return rc == 0 ? 0 : -1;
 }
 

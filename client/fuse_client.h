@@ -19,6 +19,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -77,8 +79,11 @@ class FuseClient {
   // may be empty). Returns "" or the reason.
   [[nodiscard]] std::string mount(const std::string& mountpoint, const std::string& fuse_options);
   // Serves requests until unmounted or a termination signal; the backend must be attached. Returns 0 or -1.
-  // Then waits for every pending write and unmounts if still mounted.
-  int serve(Backend& backend);
+  // Then unmounts if still mounted and waits for every pending write (after a termination signal, for 10 s
+  // at most). If they are not all final `detach_after` after the unmount (the backend is unreachable), calls
+  // `on_detached` once (if given) and keeps waiting: `bftfs umount` need not wait for a backend that is down.
+  int serve(Backend& backend, std::function<void()> on_detached = nullptr,
+            std::chrono::milliseconds detach_after = std::chrono::milliseconds(2000));
   const ClientCounters& counters() const;
 
   // For the handlers (public so the C trampolines can reach them).

@@ -78,12 +78,17 @@ FuseIno NodeTable::remember(const fs::Attr& attr, std::uint64_t seq) {
   return id;
 }
 
-bool NodeTable::forget(FuseIno id, std::uint64_t count) {
+bool NodeTable::forget(FuseIno id, std::uint64_t count, std::optional<SillyName>* hidden) {
   std::lock_guard<std::mutex> lock(mu_);
   if (id == kRootNode) return false;
   Node* n = get(id);
   if (n == nullptr) return true;  // the kernel forgot something twice: nothing to do (never crash on it)
   n->nlookup -= std::min(n->nlookup, count);
+  if (n->nlookup == 0 && n->opens == 0 && n->silly) {
+    // The hidden name goes now even with writes in flight: its REMOVE is ordered after them.
+    if (hidden != nullptr) *hidden = std::move(n->silly);
+    n->silly.reset();
+  }
   // A node with writes in flight or opens stays until they end (their completion still needs it).
   if (n->nlookup > 0 || n->opens > 0 || n->writes_in_flight > 0) return false;
   by_handle_.erase(key_of(n->handle));
@@ -166,7 +171,7 @@ void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t l
       n->attr_seq = seq;
       n->attr_time = std::chrono::steady_clock::now();
       // Our page cache holds what we wrote: the version after our own write is still "ours".
-      if (n->opens > 0) n->data_version = DataVersion{attr->mtime_ns, attr->size};
+      if (n->opens > 0 && !n->cache_stale) n->data_version = DataVersion{attr->mtime_ns, attr->size};
     }
     if (n->nlookup == 0 && n->opens == 0 && n->writes_in_flight == 0 && id != kRootNode) {
       by_handle_.erase(key_of(n->handle));
@@ -176,21 +181,38 @@ void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t l
   cv_.notify_all();
 }
 
-bool NodeTable::wait_writes(FuseIno id, const std::function<bool()>& interrupted) {
+bool NodeTable::wait_writes(FuseIno id, const std::function<bool()>& interrupted, std::chrono::milliseconds poll) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     const Node* n = get(id);
     if (n == nullptr || n->writes_in_flight == 0) return true;
     if (interrupted && interrupted()) return false;
-    cv_.wait(lock);
+    if (poll.count() > 0) {
+      cv_.wait_for(lock, poll);
+    } else {
+      cv_.wait(lock);
+    }
   }
 }
 
-void NodeTable::wait_all_writes() {
+bool NodeTable::wait_all_writes(const std::function<bool()>& give_up, std::chrono::milliseconds poll) {
+  BFT_ASSERT(poll.count() > 0);
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return pending_bytes_ == 0 &&
-                                 std::all_of(nodes_.begin(), nodes_.end(),
-                                             [](const auto& kv) { return kv.second.writes_in_flight == 0; }); });
+  for (;;) {
+    const bool idle = pending_bytes_ == 0 && std::all_of(nodes_.begin(), nodes_.end(), [](const auto& kv) {
+                        return kv.second.writes_in_flight == 0;
+                      });
+    if (idle) return true;
+    if (give_up && give_up()) return false;
+    cv_.wait_for(lock, poll);
+  }
+}
+
+std::uint64_t NodeTable::writes_in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::uint64_t total = 0;
+  for (const auto& kv : nodes_) total += kv.second.writes_in_flight;
+  return total;
 }
 
 std::uint32_t NodeTable::take_write_error(FuseIno id) {
@@ -227,6 +249,7 @@ bool NodeTable::opened(FuseIno id, const DataVersion& now) {
   BFT_ASSERT(n != nullptr);
   const bool keep = n->data_version && *n->data_version == now;
   n->data_version = now;
+  n->cache_stale = false;
   if (n->opens == 0) open_nodes_ += 1;
   n->opens += 1;
   return keep;
@@ -238,6 +261,14 @@ std::optional<DataVersion> NodeTable::data_version(FuseIno id) const {
   return n == nullptr ? std::nullopt : n->data_version;
 }
 
+void NodeTable::drop_data_version(FuseIno id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Node* n = get(id);
+  if (n == nullptr) return;
+  n->data_version.reset();
+  n->cache_stale = true;
+}
+
 std::optional<SillyName> NodeTable::released(FuseIno id) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);
@@ -247,9 +278,27 @@ std::optional<SillyName> NodeTable::released(FuseIno id) {
   if (n->opens > 0) return std::nullopt;
   BFT_ASSERT(open_nodes_ > 0);
   open_nodes_ -= 1;
+  if (n->nlookup > 0) return std::nullopt;  // the kernel still holds it: forget hands the name over
   std::optional<SillyName> s = std::move(n->silly);
   n->silly.reset();
   return s;
+}
+
+bool NodeTable::referenced(FuseIno id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Node* n = get(id);
+  return n != nullptr && (n->nlookup > 0 || n->opens > 0);
+}
+
+std::vector<SillyName> NodeTable::take_all_silly() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SillyName> out;
+  for (auto& kv : nodes_) {
+    if (!kv.second.silly) continue;
+    out.push_back(std::move(*kv.second.silly));
+    kv.second.silly.reset();
+  }
+  return out;
 }
 
 bool NodeTable::any_open() const {
@@ -260,7 +309,7 @@ bool NodeTable::any_open() const {
 bool NodeTable::set_silly(FuseIno id, SillyName name) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);
-  if (n == nullptr || n->opens == 0) return false;
+  if (n == nullptr || (n->opens == 0 && n->nlookup == 0)) return false;
   n->silly = std::move(name);
   return true;
 }

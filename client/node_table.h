@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "services/fs/fs_codec.h"
 
@@ -68,8 +69,10 @@ class NodeTable {
   // that gives the kernel an entry must call this exactly once). Updates the committed layer with `attr` if
   // `seq` is not older than what it holds.
   FuseIno remember(const fs::Attr& attr, std::uint64_t seq);
-  // The kernel dropped `n` references. Returns true if the node is gone.
-  bool forget(FuseIno id, std::uint64_t n);
+  // The kernel dropped `n` references. Returns true if the node is gone. If that was the node's last
+  // reference (no lookups, no opens) and it was hidden by a silly rename, `hidden` (when given) receives the
+  // hidden name, forgotten here: the caller removes it.
+  bool forget(FuseIno id, std::uint64_t n, std::optional<SillyName>* hidden = nullptr);
   // The node's handle, or nullopt if unknown (a node id the kernel should not have).
   std::optional<fs::Handle> handle(FuseIno id) const;
   std::optional<NodeSnapshot> snapshot(FuseIno id) const;
@@ -90,10 +93,16 @@ class NodeTable {
   void write_finished(FuseIno id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
                       const std::optional<fs::Attr>& attr, std::uint64_t seq);
   // Blocks until `id` has no write in flight or `interrupted()` turns true (checked whenever notify_waiters
-  // is called). Returns false if interrupted.
-  bool wait_writes(FuseIno id, const std::function<bool()>& interrupted);
-  // Blocks until every node's writes are final (unmount).
-  void wait_all_writes();
+  // is called, and at least every `poll` if it is not zero: for conditions nobody notifies about, such as
+  // the calling process exiting). Returns false if interrupted.
+  bool wait_writes(FuseIno id, const std::function<bool()>& interrupted,
+                   std::chrono::milliseconds poll = std::chrono::milliseconds(0));
+  // Blocks until every node's writes are final (unmount) or `give_up()` turns true (checked at least every
+  // `poll`). Returns false if it gave up; nullptr never gives up.
+  bool wait_all_writes(const std::function<bool()>& give_up = nullptr,
+                       std::chrono::milliseconds poll = std::chrono::milliseconds(100));
+  // Writes in flight on the whole mount (for the log when the daemon gives up on them).
+  std::uint64_t writes_in_flight() const;
   // The first error of a write since the last call (0 if none), cleared (flush/fsync report it once).
   std::uint32_t take_write_error(FuseIno id);
   std::uint64_t pending_bytes() const;
@@ -109,13 +118,21 @@ class NodeTable {
   // The data version recorded at the last open or own write (nullopt if none: the kernel holds no pages the
   // client let it keep).
   std::optional<DataVersion> data_version(FuseIno id) const;
-  // The last release of this open; returns the silly name to remove if this was the last open of a file
-  // hidden by a silly rename (and forgets the name).
+  // The last release of this open; returns the silly name to remove if this was the last reference (no
+  // other open, no kernel lookup) to a file hidden by a silly rename (and forgets the name).
   std::optional<SillyName> released(FuseIno id);
   bool any_open() const;
-  // Marks an open node as renamed to a hidden name; its reported nlink drops by one (the hidden link is not
-  // the user's), and the last release returns the name. Returns false (and records nothing) if the node was
-  // closed meanwhile: the caller removes the hidden name itself.
+  // Whether the kernel references node `id` (lookups or opens): it may still send ops for it, so its object
+  // must outlive the removal of its last name (libfuse: defer removal until the lookup count is zero).
+  bool referenced(FuseIno id) const;
+  // Every hidden name still held, forgotten here (the daemon removes them when it stops serving).
+  std::vector<SillyName> take_all_silly();
+  // The kernel's page cache of `id` no longer matches the service (an O_APPEND write landed elsewhere than
+  // the kernel put it): the next open must not keep it. Call it before that write's write_finished.
+  void drop_data_version(FuseIno id);
+  // Marks a referenced node as renamed to a hidden name; its reported nlink drops by one (the hidden link is
+  // not the user's), and its last reference's release or forget returns the name. Returns false (and records
+  // nothing) if the kernel let go of it meanwhile: the caller removes the hidden name itself.
   [[nodiscard]] bool set_silly(FuseIno id, SillyName name);
   // A unique hidden name for `handle` (".bftfs-silly-<ino>-<gen>-<n>").
   std::string silly_name_for(const fs::Handle& h);
@@ -136,6 +153,7 @@ class NodeTable {
     // opens
     std::uint32_t opens = 0;
     std::optional<DataVersion> data_version;
+    bool cache_stale = false;  // drop_data_version: own writes do not make the cache "ours" until the next open
     std::optional<SillyName> silly;
   };
   NodeSnapshot snap(const Node& n) const;

@@ -237,10 +237,19 @@ bool sticky_denies(const Cred& c, const Inode& dir, const Inode& child) {
   return (dir.mode & kModeSticky) != 0 && c.uid != 0 && c.uid != dir.uid && c.uid != child.uid;
 }
 
-// What Linux does to a file written or truncated by a caller without CAP_FSETID, or chowned.
+// What Linux does to a file chowned (the set-gid bit without group-exec marks mandatory locking: kept).
 void kill_suid(Inode& n) {
   n.mode &= ~kModeSuid;
   if ((n.mode & 010) != 0) n.mode &= ~kModeSgid;
+}
+
+// What Linux (>= 6.2, setattr_should_drop_sgid) does to a file written or truncated by caller `c` without
+// CAP_FSETID: S_ISUID goes; S_ISGID goes if the file is group-executable, or if the caller is not in the
+// file's group (then the bit could be used to gain that group).
+void kill_setid_on_write(Inode& n, const Cred& c) {
+  BFT_ASSERT(c.uid != 0);
+  n.mode &= ~kModeSuid;
+  if ((n.mode & 010) != 0 || !in_group(c, n.gid)) n.mode &= ~kModeSgid;
 }
 
 std::uint32_t check_name(const std::string& name) {
@@ -604,7 +613,7 @@ struct FsService::Impl {
       Super s = load_super();
       truncate(n, s, op.size);
       save_super(s);
-      if (!root) kill_suid(n);
+      if (!root) kill_setid_on_write(n, c);
       n.mtime_ns = now;
     }
     if ((m & setattr::kMode) != 0) {
@@ -695,7 +704,7 @@ struct FsService::Impl {
     n.size = std::max(n.size, end);
     n.mtime_ns = now;
     n.ctime_ns = now;
-    if (op.cred.uid != 0) kill_suid(n);
+    if (op.cred.uid != 0) kill_setid_on_write(n, op.cred);
     save_inode(n);
     save_super(s);
     out.count = static_cast<std::uint32_t>(len);

@@ -9,8 +9,8 @@ import mmap
 import os
 import stat
 
-from posix_harness import (USER_A, as_user, bftfs_bug, clock_tick, is_bftfs, pread_all, pwrite_all,
-                           raises_errno, read_file, write_file)
+from posix_harness import (USER_A, as_user, clock_tick, is_bftfs, pread_all, pwrite_all,
+                           raises_errno, read_file, storms_pbft, write_file)
 
 pytest_plugins = ["posix_harness"]
 
@@ -327,6 +327,7 @@ def test_fsync_and_fdatasync_succeed_on_files_and_directories(d):
     assert read_file(d / "f") == b"durable"
 
 
+@storms_pbft("14")
 def test_statfs_is_sane_and_counts_space(d):
     s = os.statvfs(d)
     assert s.f_bsize > 0 and s.f_frsize > 0
@@ -386,7 +387,6 @@ def test_write_changes_mtime_and_ctime_read_changes_neither(d):
     assert st.st_ctime_ns > ctime
 
 
-@bftfs_bug("13", strict=False)
 def test_mtime_after_close_reflects_a_write_seen_by_fstat_before_close(d):
     """stat() right after close() shows the mtime of the last write, even if fstat() ran while the write was
     still buffered (make compares these times)."""

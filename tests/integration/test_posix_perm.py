@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from posix_harness import (GROUP_C_ONLY, GROUP_SHARED, USER_A, USER_B, USER_C, User, as_user, bftfs_bug, clock_tick,
+from posix_harness import (GROUP_C_ONLY, GROUP_SHARED, USER_A, USER_B, USER_C, User, as_user, clock_tick,
                            open_close, raises_errno, read_file, write_file)
 
 pytest_plugins = ["posix_harness"]
@@ -67,7 +67,6 @@ def test_read_write_bits_on_files(shared_dir):
         as_user(USER_A, read_file, p)
 
 
-@bftfs_bug("12")
 def test_access_through_any_of_many_supplementary_groups(shared_dir):
     """Linux allows 65536 supplementary groups; access through the 17th or the 30th counts like the first
     (NFS AUTH_SYS stops at 16, a local file system does not)."""
@@ -282,7 +281,6 @@ def _write_some(path) -> None:
         os.close(fd)
 
 
-@bftfs_bug("4")
 def test_unprivileged_write_clears_setuid_and_setgid(shared_dir):
     p = owned_file(shared_dir, "f", USER_A, 0o6777)
     as_user(USER_B, _write_some, p)
@@ -435,7 +433,6 @@ def test_utime_omit_and_now_per_field(d):
     assert st2.st_mtime_ns == st.st_mtime_ns
 
 
-@bftfs_bug("5")
 def test_times_before_1970_and_far_future(d):
     p = d / "f"
     write_file(p)
@@ -448,16 +445,27 @@ def test_times_before_1970_and_far_future(d):
     assert os.stat(p).st_mtime_ns == future
 
 
-@bftfs_bug("5")
+# The smallest upper limit this suite accepts for stored times: 2262-04-11, the end of signed 64-bit
+# nanoseconds (bftfs; ext4 ends in 2446, tmpfs later); and the largest lower limit: 1901-12-13, the start of
+# a signed 32-bit time_t (ext4; bftfs starts in 1677).
+T_LIMIT_MAX_S = 9_223_372_036
+T_LIMIT_MIN_S = -2_147_483_648
+
+
 def test_times_beyond_the_range_are_clamped_never_wrapped(d):
-    """2600 is past what some file systems store (ext4: 2446): it may be clamped to the largest time, but must
-    never come back as an earlier time (a wrapped counter)."""
+    """2600 and 1600 are past what some file systems store (ext4: 2446, bftfs: 1677..2262): a time may be
+    clamped to the file system's largest or smallest time, but must never come back as a time on the other
+    side of 1970 or in the middle of the range (a wrapped counter)."""
     p = d / "f"
     write_file(p)
     y2600 = 19_880_899_200 * 10**9
     os.utime(p, ns=(y2600, y2600))
     got = os.stat(p).st_mtime_ns
-    assert got == y2600 or got >= 13_569_465_600 * 10**9, f"2600-01-01 came back as {got // 10**9} s"
+    assert got == y2600 or got >= T_LIMIT_MAX_S * 10**9, f"2600-01-01 came back as {got // 10**9} s"
+    y1600 = -11_676_096_000 * 10**9
+    os.utime(p, ns=(y1600, y1600))
+    got = os.stat(p).st_mtime_ns
+    assert got == y1600 or got <= T_LIMIT_MIN_S * 10**9, f"1600-01-01 came back as {got // 10**9} s"
 
 
 def test_utime_changes_ctime(d):

@@ -14,8 +14,6 @@ from collections import Counter
 
 import pytest
 
-from posix_harness import bftfs_bug
-
 pytest_plugins = ["posix_harness"]
 
 # What these operations may legitimately fail with while other processes change the same names.
@@ -131,7 +129,6 @@ def check_tree(root) -> None:
         assert nlink == count, f"{p}: st_nlink {nlink} but {count} names in the tree"
 
 
-@bftfs_bug("11", strict=False)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_concurrent_namespace_changes_leave_a_consistent_tree(d, seed):
     for sub in DIRS[1:]:
@@ -157,9 +154,6 @@ def _churn(p: str, q: str, mode: str, rounds: int) -> None:
                 raise
 
 
-# Non-strict: since the client returns a directory's new attributes with every change of it (client branch),
-# this race no longer showed ESTALE here (4 runs of 2), but nothing in the client closes the window for sure.
-@bftfs_bug("11", strict=False)
 @pytest.mark.parametrize("mode", ["unlink", "rename"])
 def test_open_write_close_racing_with_unlink_or_rename_over(d, mode):
     """A local file system gives an opener either the file (then write and close succeed, even if the name is

@@ -11,7 +11,7 @@ import mmap
 import os
 import stat
 
-from posix_harness import (USER_A, as_user, bftfs_bug, breaks_relay_mount, pread_all, raises_errno, read_file, write_file)
+from posix_harness import (USER_A, as_user, pread_all, raises_errno, read_file, write_file)
 
 pytest_plugins = ["posix_harness"]
 
@@ -160,7 +160,6 @@ def test_a_write_past_the_size_limit_fails_at_write_not_at_close(d):
         os.unlink(p)
 
 
-@breaks_relay_mount("10")
 def test_single_write_calls_of_several_mebibytes(d):
     """One write() of 1 MiB, 1 MiB + 1 and 4 MiB (dd bs=1M, cp of large files): the kernel may hand all of it
     to the file system in one request."""
@@ -185,7 +184,6 @@ def test_fsync_reports_success_only_for_stored_data(d):
     assert data == b"".join(bytes([i]) * 10_000 for i in range(20))
 
 
-@bftfs_bug("7")
 def test_mmap_of_a_file_opened_with_o_append(d):
     p = d / "log"
     write_file(p, bytes(8192))

@@ -153,10 +153,10 @@ TEST_CASE("client cache: a node with writes in flight or opens outlives the kern
   REQUIRE_FALSE(t.handle(a).has_value());  // gone once the write is final
 }
 
-TEST_CASE("client cache: silly rename hides nlink and hands the hidden name to the last release", "[client]") {
+TEST_CASE("client cache: silly rename hides nlink and hands the hidden name to the last reference", "[client]") {
   NodeTable t(kRoot);
   const FuseIno a = t.remember(file_attr(6, 3), 1);
-  REQUIRE_FALSE(t.set_silly(a, SillyName{kRoot, "x"}));  // not open: nothing to hide
+  REQUIRE(t.referenced(a));  // the kernel holds a lookup: it may still open it
   (void)t.opened(a, DataVersion{});
   (void)t.opened(a, DataVersion{});
   REQUIRE(t.any_open());
@@ -166,10 +166,27 @@ TEST_CASE("client cache: silly rename hides nlink and hands the hidden name to t
   REQUIRE(t.set_silly(a, SillyName{kRoot, name}));
   REQUIRE(t.snapshot(a)->attr.nlink == 0);  // the user's last link is gone
   REQUIRE_FALSE(t.released(a).has_value());  // still open once
+  REQUIRE_FALSE(t.released(a).has_value());  // closed, but the kernel still holds its lookup
+  REQUIRE_FALSE(t.any_open());
+  std::optional<SillyName> hidden;
+  REQUIRE(t.forget(a, 1, &hidden));
+  REQUIRE(hidden.has_value());
+  REQUIRE(hidden->name == name);
+  REQUIRE_FALSE(t.set_silly(a, SillyName{kRoot, "x"}));  // gone: nothing to hide
+}
+
+TEST_CASE("client cache: a hidden node released after the kernel forgot it hands its name to the release", "[client]") {
+  NodeTable t(kRoot);
+  const FuseIno a = t.remember(file_attr(7, 1), 1);
+  (void)t.opened(a, DataVersion{});
+  REQUIRE(t.set_silly(a, SillyName{kRoot, "h"}));
+  std::optional<SillyName> hidden;
+  REQUIRE_FALSE(t.forget(a, 1, &hidden));  // still open
+  REQUIRE_FALSE(hidden.has_value());
   const auto last = t.released(a);
   REQUIRE(last.has_value());
-  REQUIRE(last->name == name);
-  REQUIRE_FALSE(t.any_open());
+  REQUIRE(last->name == "h");
+  REQUIRE(t.take_all_silly().empty());
 }
 
 TEST_CASE("local backend: executes in submission order and reports each final result once", "[client]") {

@@ -379,6 +379,20 @@ TEST_CASE("fs writes and chown by non-root clear set-user-id", "[fs]") {
   CHECK(h.attr(f).mode == 0755);
 }
 
+TEST_CASE("fs a write keeps set-group-id without group-exec only for a writer in the file's group", "[fs]") {
+  Harness h;
+  const Handle f = h.make_file(kRoot, "f", 0777);
+  h.ok(chown(f, 0, 100));
+  h.ok(chmod(f, 06767));
+  h.ok(write(f, 0, std::string("x"), user(1000, 100)));  // in the group: only S_ISUID goes
+  CHECK(h.attr(f).mode == 02767);
+  h.ok(write(f, 0, std::string("x"), user(1001, 200)));  // not in the group: S_ISGID goes too
+  CHECK(h.attr(f).mode == 0767);
+  h.ok(chmod(f, 02767));
+  h.ok(truncate(f, 0, user(1001, 200)));                  // truncation follows the same rule
+  CHECK(h.attr(f).mode == 0767);
+}
+
 TEST_CASE("fs mkdir ignores set-user-id and set-group-id in its mode but keeps the sticky bit", "[fs]") {
   Harness h;
   CHECK(h.ok(mkdir(kRoot, "d", 07777)).attr.mode == 01777);
