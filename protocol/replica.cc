@@ -53,6 +53,7 @@ constexpr std::uint64_t kStatusResendSeqsMax = 128;         // seqs retransmitte
 constexpr std::size_t kQueuedRequestsMax = 1u << 16;        // requests known but not yet ordered, all clients
 constexpr std::uint64_t kQueuedBytesMax = 256ull << 20;     // and their operation bytes (requests are <= 1 MiB)
 constexpr std::uint64_t kStatusResendBytesMax = 16ull << 20; // batch bytes retransmitted in answer to one STATUS
+constexpr std::uint32_t kStatusBodyIntervals = 4;           // bodies for one stuck position: once per 4 intervals
 constexpr std::uint32_t kStatusHeartbeatIntervals = 10;     // a STATUS at least every 10 status intervals
 
 int popcount(std::uint64_t v) { return std::popcount(v); }
@@ -124,6 +125,7 @@ struct Entry {
 
   bool fetching = false;  // FETCH-BATCH outstanding for `digest`
   std::uint32_t fetch_ticks_left = 0;
+  std::uint32_t fetch_attempts = 0;  // FETCH-BATCH sent for it so far (each to one peer: send_fetch)
 
   // COMMITs of views before ours received while we change views alone (see on_old_commit): one per sender.
   std::uint64_t old_commit_senders = 0;
@@ -152,6 +154,7 @@ struct PendingNewView {
   std::map<std::uint64_t, Digest> missing;  // chosen bodies this primary must fetch before sending NEW-VIEW
   std::map<std::uint64_t, std::shared_ptr<const Batch>> bodies;
   std::uint32_t fetch_ticks_left = 0;
+  std::uint32_t fetch_rounds = 0;  // FETCH-BATCH broadcasts so far (they back off like send_fetch)
 };
 
 // PBFT-CS: requests the primary executed on receipt, at sequence number `seq`, before the batch was sent.
@@ -270,6 +273,8 @@ struct Replica::Impl {
   // Retransmissions a peer triggers (answers to STATUS, NEW-VIEW for a stale VIEW-CHANGE) are rate limited per
   // peer: a faulty replica must not turn small messages into a stream of batch bodies.
   std::vector<std::uint64_t> last_help_tick;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> last_fetch_served;  // per peer: (seq, tick) of the last body
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> status_bodies_sent;  // per peer: (its last_committed, tick)
   bool may_help(NodeId peer);
   std::uint64_t committed_at_last_status = 0;
   std::uint32_t statuses_skipped = 0;  // status intervals since our last STATUS broadcast (on_status_timeout)
@@ -379,6 +384,7 @@ struct Replica::Impl {
   bool check_service_damage();
   void attach_body(Entry& e, std::shared_ptr<const Batch> body);
   void start_fetch(Entry& e);
+  void send_fetch(Entry& e);
   bool record_vote(Entry& e, NodeId from, const Digest& d, bool commit);
   void check_prepared(Entry& e);
   void check_committed(Entry& e);
@@ -461,6 +467,8 @@ Replica::Impl::Impl(const ReplicaOptions& options, NodeId self_id, Service& svc,
   peer_status.resize(opt.n);
   peer_stuck_rounds.resize(opt.n, 0);
   last_help_tick.assign(opt.n, UINT64_MAX);
+  last_fetch_served.assign(opt.n, {0, UINT64_MAX});
+  status_bodies_sent.assign(opt.n, {0, UINT64_MAX});
   future_per_sender.assign(opt.n, 0);
   status_ticks_left = opt.status_interval_ticks;
   // The initial state is checkpoint 0 on every correct replica: the service's initial root and an empty client
@@ -1031,6 +1039,13 @@ void Replica::Impl::order_early() {
     const NodeId c = qr->request.client;
     if (clients.classify(c, qr->request.request_id) != ClientTable::Freshness::kFresh) continue;
     if (pending.count({c, qr->request.request_id}) != 0) continue;  // re-proposed by our NEW-VIEW
+    if (!clients.predecessor_done(c, qr->request.prev_request_id)) {
+      // Its predecessor is pending but not executed: ordered in no batch this primary will execute before
+      // this one (every earlier batch has executed: can_open_batch), e.g. in one a view change dropped. The
+      // request waits in the queue until the predecessor executes (or its client retransmits it).
+      enqueue(qr->request, qr->request.digest());
+      break;
+    }
     if (!open_batch) {
       open_batch.emplace();
       open_batch->seq = next_seq++;
@@ -1174,9 +1189,45 @@ void Replica::Impl::start_fetch(Entry& e) {
     return;
   }
   e.fetching = true;
-  e.fetch_ticks_left = opt.fetch_retry_ticks + static_cast<std::uint32_t>(prng.below(opt.fetch_retry_ticks / 4 + 1));
+  e.fetch_attempts = 0;
   fetching_seqs.insert(e.seq);
-  broadcast(FetchBatch{e.seq, e.digest});
+  // A body of the current view that we lack is most likely still on its way from the primary: a batch of
+  // megabytes takes a while on a busy link, and its PREPAREs and COMMITs (small, from other replicas) overtake
+  // it. Asking at once made every backup of a slow replica send it the same megabytes again, on the link
+  // that was already the bottleneck (finding 14: a view-change storm on one large write). So the first
+  // FETCH-BATCH waits one retry interval then.
+  if (e.view == view && !in_view_change && primary_of(view) != self) {
+    e.fetch_ticks_left = opt.fetch_retry_ticks + static_cast<std::uint32_t>(prng.below(opt.fetch_retry_ticks / 4 + 1));
+    return;
+  }
+  send_fetch(e);
+}
+
+// One FETCH-BATCH, to one peer: the entry's primary first (it proposed the body), then the others in turn,
+// so that a faulty or slow peer costs one retry and every peer is asked eventually (at least one of f+1 is
+// correct and, if the body was prepared, has it). A broadcast made all n-1 peers answer with the body, which
+// for large batches was the very load that kept the body from arriving. Retries back off (doubling, up to 16
+// intervals) because an answer of megabytes may simply need longer than one interval.
+void Replica::Impl::send_fetch(Entry& e) {
+  BFT_ASSERT(e.fetching);
+  BFT_ASSERT(opt.n >= 2);
+  const NodeId first = primary_of(e.view);
+  NodeId target = self;
+  for (std::uint32_t k = 0, skip = e.fetch_attempts % (opt.n - 1);; k++) {
+    const NodeId r = static_cast<NodeId>((first + k) % opt.n);
+    if (r == self) continue;
+    if (skip == 0) {
+      target = r;
+      break;
+    }
+    skip--;
+  }
+  BFT_ASSERT(target != self);
+  send(target, FetchBatch{e.seq, e.digest});
+  const std::uint32_t shift = std::min<std::uint32_t>(e.fetch_attempts, 4);
+  e.fetch_attempts++;
+  e.fetch_ticks_left = (opt.fetch_retry_ticks << shift) +
+                       static_cast<std::uint32_t>(prng.below(opt.fetch_retry_ticks / 4 + 1));
 }
 
 // Records one vote per replica per (view, seq) and kind: a second vote for another digest is equivocation.
@@ -1716,13 +1767,23 @@ void Replica::Impl::on_status(NodeId from, const Status& st) {
   // the resend started again, held gigabytes in memory, and turned one slow batch into a view-change storm.
   // Bodies go only to a peer stuck for two STATUS rounds in a row, and at most kStatusResendBytesMax of them;
   // a peer missing a body whose digest it knows fetches it itself (FETCH-BATCH).
-  const bool send_bodies = peer_stuck_rounds[from] >= 2;
+  // And the same bodies to the same stuck position at most once per kStatusBodyIntervals status intervals: a
+  // peer that takes longer than one interval to take in what it was sent (megabytes, on a busy disk) stays
+  // "stuck" meanwhile, and answering each of its STATUS messages again multiplied the load it was stuck on.
+  auto& [resent_pos, resent_tick] = status_bodies_sent[from];
+  const bool resent_recently = resent_tick != UINT64_MAX && resent_pos == st.last_committed &&
+                               ticks - resent_tick < std::uint64_t{kStatusBodyIntervals} * opt.status_interval_ticks;
+  const bool send_bodies = peer_stuck_rounds[from] >= 2 && !resent_recently;
   std::uint64_t body_bytes = 0;
   for (std::uint64_t s = lo; s <= hi && body_bytes < kStatusResendBytesMax; s++) {
     const Entry* e = find(s);
     if (e == nullptr || e->view != view || !e->has_digest) continue;
     const bool body = send_bodies && e->batch && s > st.last_executed;
-    if (body) body_bytes += batch_op_bytes(*e->batch);
+    if (body) {
+      body_bytes += batch_op_bytes(*e->batch);
+      resent_pos = st.last_committed;
+      resent_tick = ticks;
+    }
     if (peer_alone_ahead) {
       if (!e->committed || !e->sent_commit) continue;
       send(from, Commit{view, s, e->digest});
@@ -1744,8 +1805,19 @@ void Replica::Impl::on_status(NodeId from, const Status& st) {
 }
 
 void Replica::Impl::on_fetch_batch(NodeId from, const FetchBatch& fb) {
+  // The same body to the same peer at most once per retry interval: a correct peer never asks again sooner
+  // (send_fetch backs off), and a faulty one must not turn small requests into a stream of megabytes.
+  auto& [last_seq, last_tick] = last_fetch_served[from];
+  if (last_tick != UINT64_MAX && last_seq == fb.seq && ticks - last_tick < opt.fetch_retry_ticks) {
+    stats.fetches_refused_repeat++;
+    return;
+  }
   std::shared_ptr<const Batch> body;
-  if (find_body(fb.seq, fb.digest, body)) send(from, BatchData{fb.seq, *body});
+  if (find_body(fb.seq, fb.digest, body)) {
+    last_seq = fb.seq;
+    last_tick = ticks;
+    send(from, BatchData{fb.seq, *body});
+  }
 }
 
 bool Replica::Impl::find_body(std::uint64_t s, const Digest& d, std::shared_ptr<const Batch>& out) {
@@ -2357,14 +2429,11 @@ void Replica::Impl::on_tick() {
       fetching_seqs.erase(s);
       continue;
     }
-    if (--e->fetch_ticks_left == 0) {
-      e->fetch_ticks_left =
-          opt.fetch_retry_ticks + static_cast<std::uint32_t>(prng.below(opt.fetch_retry_ticks / 4 + 1));
-      broadcast(FetchBatch{s, e->digest});
-    }
+    if (--e->fetch_ticks_left == 0) send_fetch(*e);
   }
   if (pending_new_view && --pending_new_view->fetch_ticks_left == 0) {
-    pending_new_view->fetch_ticks_left = opt.fetch_retry_ticks;
+    pending_new_view->fetch_rounds++;
+    pending_new_view->fetch_ticks_left = opt.fetch_retry_ticks << std::min<std::uint32_t>(pending_new_view->fetch_rounds, 4);
     for (const auto& [s, d] : pending_new_view->missing) broadcast(FetchBatch{s, d});
   }
   fetcher.on_tick();

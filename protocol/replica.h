@@ -74,6 +74,7 @@ struct ReplicaStats {
   std::uint64_t rejected_wrong_view = 0;
   std::uint64_t rejected_conflict = 0;     // equivocation: a second pre-prepare for a (view, seq) with another digest
   std::uint64_t rejected_invalid = 0;      // anything else that a correct peer would not send
+  std::uint64_t fetches_refused_repeat = 0;  // FETCH-BATCH for the body just sent to that peer (on_fetch_batch)
 };
 
 // What the simulator's checker reads after every step: the committed history of this replica.

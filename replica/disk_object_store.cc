@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <deque>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "common/codec.h"
 #include "common/log.h"
 #include "protocol/messages.h"
+#include "replica/clock.h"
 #include "replica/crc32c.h"
 
 namespace bftfs {
@@ -121,6 +123,7 @@ struct DiskObjectStore::Impl {
   UniqueFd index_fd;
   std::uint64_t data_generation = 0;  // the data file is data (generation 0) or data.<generation>
   std::uint64_t data_end = 0;   // where the next value is appended
+  std::uint64_t writeback_start = 0;  // the data file's bytes below this have been handed to writeback
   std::uint64_t index_end = 0;  // where the next journal record is appended
 
   std::map<ObjectKey, Slot> index;
@@ -132,6 +135,14 @@ struct DiskObjectStore::Impl {
   std::uint64_t latest_seq = 0;
   std::map<std::uint64_t, Version> versions;  // retained checkpoints; the last is latest_seq
   std::set<std::uint64_t> dirty;              // partitions changed since latest_seq
+  // Leaf digests of dirty partitions computed ahead of the checkpoint (digest_ahead), each with the content it
+  // covers: used by checkpoint() only while the partition still has exactly that content.
+  struct CachedLeaf {
+    Content content;
+    Digest leaf;
+  };
+  std::map<std::uint64_t, CachedLeaf> leaf_cache;
+  std::deque<std::uint64_t> digest_queue;  // partitions in the order they changed (repeats allowed), bounded
   std::map<std::uint64_t, Content> frozen;    // their content at latest_seq, captured before the first change
   std::vector<std::uint64_t> part_record_bytes;  // size of each partition's newest PART record (0: none)
   std::uint64_t live_index_bytes = 0;            // sum of part_record_bytes: what a rewritten journal holds
@@ -151,7 +162,24 @@ struct DiskObjectStore::Impl {
     if (pwrite_all(data_fd.get(), v.data(), v.size(), data_end) != 0) die("cannot write", data_path);
     data_end += v.size();
     st.values_written++;
+    start_writeback();
     return e;
+  }
+
+  // The checkpoint's fdatasync(data) must wait only for the values written since the last kWritebackBytes,
+  // not for everything since the previous checkpoint: a checkpoint interval of large writes is up to a
+  // gigabyte of values, and its fdatasync blocked the event loop for tens of seconds (four replicas sharing
+  // one disk), long enough for the peers to suspect the primary and change views. So writeback of the
+  // appended values starts as they accumulate (asynchronous: SYNC_FILE_RANGE_WRITE waits for no I/O to
+  // complete; this is a hint for the order of the disk's work, never a durability promise, which stays with
+  // the fdatasync).
+  static constexpr std::uint64_t kWritebackBytes = 4u << 20;
+  void start_writeback() {
+    if (data_end - writeback_start < kWritebackBytes) return;
+    // Failure only loses the hint (the fdatasync at the checkpoint writes everything anyway).
+    (void)::sync_file_range(data_fd.get(), static_cast<off64_t>(writeback_start),
+                            static_cast<off64_t>(data_end - writeback_start), SYNC_FILE_RANGE_WRITE);
+    writeback_start = data_end;
   }
 
   // Reads the extent into `out` (always e.len bytes: zeros where the file ended) and verifies it. On a mismatch
@@ -185,6 +213,42 @@ struct DiskObjectStore::Impl {
   // The first change to partition p since the latest checkpoint keeps its content at that checkpoint.
   void touch(std::uint64_t p) {
     if (dirty.insert(p).second) frozen.emplace(p, content_of(p));
+  }
+
+  // A checkpoint digests every partition changed since the last one, reading its values back: after a
+  // checkpoint interval of large writes that is up to a gigabyte, and hashing it took seconds on the event
+  // loop at one go, during which the replica answers nobody (its peers suspected the primary and changed
+  // views). So partitions are digested as they fall kDigestLag changes behind, spreading the work over the
+  // interval (a partition still changing, like a file's inode, is left for later). The cache entry names the
+  // content it covers, so a later change, a rollback or an install simply makes it unused.
+  static constexpr std::size_t kDigestLag = 256;
+  void changed(std::uint64_t p) {
+    digest_queue.push_back(p);
+    while (digest_queue.size() > kDigestLag) {
+      const std::uint64_t q = digest_queue.front();
+      digest_queue.pop_front();
+      if (dirty.count(q) == 0) continue;
+      Content c = content_of(q);
+      auto it = leaf_cache.find(q);
+      if (it != leaf_cache.end() && it->second.content == c) continue;
+      const std::uint64_t before = corrupt_read_count;
+      const Digest leaf = PartitionTree::leaf_digest(q, encode_content(q, c));
+      if (corrupt_read_count != before) continue;  // the checkpoint reads it again and refuses
+      leaf_cache.insert_or_assign(q, CachedLeaf{std::move(c), leaf});
+    }
+  }
+
+  // The leaf digest of dirty partition p now, from the cache if it still holds.
+  Digest current_leaf(std::uint64_t p) {
+    Content c = content_of(p);
+    auto it = leaf_cache.find(p);
+    if (it != leaf_cache.end() && it->second.content == c) return it->second.leaf;
+    return PartitionTree::leaf_digest(p, encode_content(p, c));
+  }
+
+  void forget_cached_leaves() {
+    leaf_cache.clear();
+    digest_queue.clear();
   }
 
   void index_put(const ObjectKey& key, const Extent& e, std::uint64_t p) {
@@ -431,6 +495,7 @@ struct DiskObjectStore::Impl {
     data_path = next_path;
     data_generation = next_gen;
     data_end = end;
+    writeback_start = end;  // the new file was fdatasynced whole
     rewrite_index(next_gen);  // the switch
     if (::unlink(old_path.c_str()) != 0) die("cannot remove", old_path);
     st.data_compactions++;
@@ -587,6 +652,7 @@ struct DiskObjectStore::Impl {
       }
     }
     data_end = commit_data_end;
+    writeback_start = commit_data_end;
     PartitionTree t = empty_tree();
     for (const auto& [p, part] : committed) {
       t.set_leaf(p, part.first);
@@ -639,6 +705,7 @@ std::uint64_t DiskObjectStore::put(const ObjectKey& key, Value value) {
   impl_->touch(p);
   const Extent e = impl_->write_value(key, *value);
   impl_->index_put(key, e, p);
+  impl_->changed(p);
   return impl_->part_bytes[p];
 }
 
@@ -646,8 +713,10 @@ void DiskObjectStore::erase(const ObjectKey& key) {
   BFT_ASSERT(!impl_->staged.has_value());
   auto it = impl_->index.find(key);
   if (it == impl_->index.end()) return;
-  impl_->touch(it->second.partition);
+  const std::uint64_t p = it->second.partition;
+  impl_->touch(p);
   impl_->index_erase(key);
+  impl_->changed(p);
 }
 
 std::optional<ObjectKey> DiskObjectStore::first_at_or_after(const ObjectKey& from) const {
@@ -682,10 +751,22 @@ std::optional<CheckpointId> DiskObjectStore::checkpoint(std::uint64_t seq) {
   BFT_ASSERT(!m.staged.has_value());
   BFT_ASSERT(m.has_checkpoint ? seq > m.latest_seq : seq == 0);
   const std::uint64_t before = m.corrupt_read_count;
+  const std::uint64_t t0 = mono_ns();
   std::map<std::uint64_t, Digest> leaves;
-  for (std::uint64_t p : m.dirty) leaves.emplace(p, PartitionTree::leaf_digest(p, m.encode_content(p, m.content_of(p))));
+  for (std::uint64_t p : m.dirty) leaves.emplace(p, m.current_leaf(p));
   if (m.corrupt_read_count != before) return std::nullopt;  // a digest of bad bytes is never claimed
-  return m.commit_checkpoint(seq, leaves);
+  m.forget_cached_leaves();
+  const std::uint64_t t1 = mono_ns();
+  const std::size_t partitions = leaves.size();
+  CheckpointId id = m.commit_checkpoint(seq, leaves);
+  const std::uint64_t t2 = mono_ns();
+  // The checkpoint runs on the replica's event loop: a slow one delays everything (and peers' timers run).
+  if (t2 - t0 > 500'000'000) {
+    LOG_WARN("", "store: checkpoint s%llu took %.2f s (digests of %zu partitions %.2f s, durable %.2f s)",
+             static_cast<unsigned long long>(seq), static_cast<double>(t2 - t0) / 1e9, partitions, static_cast<double>(t1 - t0) / 1e9,
+             static_cast<double>(t2 - t1) / 1e9);
+  }
+  return id;
 }
 
 void DiskObjectStore::discard_below(std::uint64_t seq) {
@@ -746,6 +827,7 @@ CheckpointId DiskObjectStore::finish_install(std::uint64_t seq) {
   }
   std::map<std::uint64_t, Digest> leaves = std::move(m.staged_leaves);
   m.staged_leaves.clear();
+  m.forget_cached_leaves();
   return m.commit_checkpoint(seq, leaves);
 }
 

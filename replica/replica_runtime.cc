@@ -410,7 +410,8 @@ struct ReplicaRuntime::Impl {
         .add("rejected_out_of_window", st.rejected_out_of_window)
         .add("rejected_wrong_view", st.rejected_wrong_view)
         .add("rejected_conflict", st.rejected_conflict)
-        .add("rejected_invalid", st.rejected_invalid);
+        .add("rejected_invalid", st.rejected_invalid)
+        .add("fetches_refused_repeat", st.fetches_refused_repeat);
     JsonObject net;
     net.add("frames_received", ts.frames_received)
         .add("frames_sent", ts.frames_sent)
