@@ -21,7 +21,12 @@ inline constexpr std::uint32_t kReplicasMax = 64;             // n <= 64, so f <
 inline constexpr std::uint32_t kOpBytesMax = 1u << 20;        // one request's operation
 inline constexpr std::uint32_t kResultBytesMax = (1u << 20) + 4096;
 inline constexpr std::uint32_t kBatchRequestsMax = 1024;      // hard wire limit; the configured batch is smaller
-inline constexpr std::uint32_t kBatchBytesMax = 8u << 20;     // primary stops adding requests past this
+// The log keeps the bodies of up to a log window (256) of batches in memory until a checkpoint is stable, and
+// a checkpoint interval (128 batches) of writes is digested and made durable at once: 2 MiB batches bound the
+// first at 512 MiB per replica and the second at 256 MiB, where 8 MiB batches let one large write grow every
+// replica past 2 GiB. Throughput does not suffer: a 2 MiB batch outlasts one log sync (bench: 1 GiB written
+// at 25 MB/s with 2 MiB batches, 17 MB/s with 8 MiB, four replicas sharing one disk).
+inline constexpr std::uint32_t kBatchBytesMax = 2u << 20;     // primary stops adding requests past this
 inline constexpr std::uint32_t kViewChangeEntriesMax = 4096;  // |C|, |P|, |Q| each (Q has <= 2 per seq, L <= 1024)
 inline constexpr std::uint32_t kStateChildrenMax = 256;       // partition tree fanout
 inline constexpr std::uint32_t kPartitionBytesMax = 4u << 20;
