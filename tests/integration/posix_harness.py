@@ -412,14 +412,6 @@ def breaks_relay_mount(finding: str):
                               reason=f"kills the relay (POSIX_FINDINGS.md #{finding}); run it on the local mount")
 
 
-def storms_pbft(finding: str):
-    """Skips a test on a PBFT mount while a known bug turns it into a view-change storm that ends with the
-    replicas killed by the OOM killer (POSIX_FINDINGS.md entry `finding`): the rest of the session would hang
-    and the machine's other work would suffer. It runs on the local and NO-REP mounts."""
-    return pytest.mark.skipif(os.environ.get("BFTFS_POSIX_MOUNT") == "pbft",
-                              reason=f"view-change storm on PBFT (POSIX_FINDINGS.md #{finding})")
-
-
 def is_bftfs(path: Path) -> bool:
     """True when the suite runs on a bftfs mount (not BFTFS_POSIX_DIR): for the few checks that concern only
     bftfs (e.g. its exact statfs name limit)."""

@@ -10,7 +10,7 @@ import os
 import stat
 
 from posix_harness import (USER_A, as_user, clock_tick, is_bftfs, pread_all, pwrite_all,
-                           raises_errno, read_file, storms_pbft, write_file)
+                           raises_errno, read_file, write_file)
 
 pytest_plugins = ["posix_harness"]
 
@@ -327,7 +327,6 @@ def test_fsync_and_fdatasync_succeed_on_files_and_directories(d):
     assert read_file(d / "f") == b"durable"
 
 
-@storms_pbft("14")
 def test_statfs_is_sane_and_counts_space(d):
     s = os.statvfs(d)
     assert s.f_bsize > 0 and s.f_frsize > 0
