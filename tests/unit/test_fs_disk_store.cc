@@ -78,34 +78,40 @@ CheckpointId repair_from(FsService& from, std::uint64_t seq, FsService& to) {
 
 }  // namespace
 
-TEST_CASE("fs disk store gives the memory store's results, digests and rollbacks on random requests", "[fs][disk]") {
-  for (std::uint64_t seed : {21u, 22u}) {
-    TempDir dir;
-    Harness mem;
-    auto disk = disk_harness(dir.path);
-    Workload w(seed);
-    std::uint64_t committed = 0;
-    for (int i = 0; i < 300; ++i) {
-      const Bytes req = encode_request(Request{w.next()});
-      w.learn(mem.run_bytes(req));
-      disk->run_bytes(req);
-      REQUIRE(mem.last_bytes == disk->last_bytes);
-      if (i % 40 == 39) {
-        // Undo the last few requests on both (tentative execution undone by a view change), then checkpoint.
-        const std::uint64_t back = std::max(committed, mem.seq - 3);
-        mem.svc.rollback_to(back);
-        disk->svc.rollback_to(back);
-        mem.seq = disk->seq = back;
-        const CheckpointId a = mem.svc.checkpoint(back);
-        const CheckpointId b = disk->svc.checkpoint(back);
-        REQUIRE(a.digest == b.digest);
-        committed = back;
-        disk->svc.discard_checkpoints_below(back);
-      }
+namespace {
+
+// Runs `requests` random requests on the memory store and the disk store side by side (results equal), and
+// every `interval` requests undoes the last `undo` of them on both (tentative execution undone by a view
+// change) and checkpoints: the digests must be equal.
+void check_equivalence(std::uint64_t seed, int requests, int interval, std::uint64_t undo) {
+  TempDir dir;
+  Harness mem;
+  auto disk = disk_harness(dir.path);
+  Workload w(seed);
+  std::uint64_t committed = 0;
+  for (int i = 0; i < requests; ++i) {
+    const Bytes req = encode_request(Request{w.next()});
+    w.learn(mem.run_bytes(req));
+    disk->run_bytes(req);
+    REQUIRE(mem.last_bytes == disk->last_bytes);
+    if (i % interval == interval - 1) {
+      const std::uint64_t back = std::max(committed, mem.seq - undo);
+      mem.svc.rollback_to(back);
+      disk->svc.rollback_to(back);
+      mem.seq = disk->seq = back;
+      REQUIRE(mem.svc.checkpoint(back).digest == disk->svc.checkpoint(back).digest);
+      committed = back;
+      disk->svc.discard_checkpoints_below(back);
     }
-    CHECK(disk->svc.check_invariants() == "");
-    CHECK(disk->svc.object_count() == mem.svc.object_count());
   }
+  CHECK(disk->svc.check_invariants() == "");
+  CHECK(disk->svc.object_count() == mem.svc.object_count());
+}
+
+}  // namespace
+
+TEST_CASE("fs disk store gives the memory store's results, digests and rollbacks on random requests", "[fs][disk]") {
+  for (std::uint64_t seed : {21u, 22u}) check_equivalence(seed, 300, 40, 3);
 }
 
 // Long checkpoint intervals: most dirty partitions are digested ahead of the checkpoint (DiskObjectStore's
@@ -113,29 +119,7 @@ TEST_CASE("fs disk store gives the memory store's results, digests and rollbacks
 // checkpoint digests must still be the memory store's.
 TEST_CASE("fs disk store: partitions digested ahead of a long checkpoint interval give the same digests",
           "[fs][disk]") {
-  for (std::uint64_t seed : {23u, 24u}) {
-    TempDir dir;
-    Harness mem;
-    auto disk = disk_harness(dir.path);
-    Workload w(seed);
-    std::uint64_t committed = 0;
-    for (int i = 0; i < 1200; ++i) {
-      const Bytes req = encode_request(Request{w.next()});
-      w.learn(mem.run_bytes(req));
-      disk->run_bytes(req);
-      REQUIRE(mem.last_bytes == disk->last_bytes);
-      if (i % 300 == 299) {
-        const std::uint64_t back = std::max(committed, mem.seq - 40);  // undo changes digested ahead
-        mem.svc.rollback_to(back);
-        disk->svc.rollback_to(back);
-        mem.seq = disk->seq = back;
-        REQUIRE(mem.svc.checkpoint(back).digest == disk->svc.checkpoint(back).digest);
-        committed = back;
-        disk->svc.discard_checkpoints_below(back);
-      }
-    }
-    CHECK(disk->svc.check_invariants() == "");
-  }
+  for (std::uint64_t seed : {23u, 24u}) check_equivalence(seed, 1200, 300, 40);
 }
 
 TEST_CASE("fs disk store recovers its last checkpoint after a restart, without what followed it", "[fs][disk]") {
