@@ -54,7 +54,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        demo-counter bench-fs bench-fs-faults bench-fs-recovery posix-external clean help
+        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write posix-external clean help
 
 help:
 	@echo "bftfs make targets:"
@@ -71,6 +71,7 @@ help:
 	@echo "  make bench-fs      grep/write/create100 + Andrew on native, FUSE local, NO-REP, PBFT (QUICK=1, BENCH_SYSTEMS=...)"
 	@echo "  make bench-fs-faults  Andrew on PBFT with a backup, then the primary, killed; tree vs a fault-free run"
 	@echo "  make bench-fs-recovery  fs disk store: wiped replica rejoin, corrupt block repair, crash of all"
+	@echo "  make bench-large-write  one large dd through the mount: time, memory, view changes (64 MiB-1 GiB)"
 	@echo "  make posix-external  pjdfstest and fsx (cargo install) against a local bftfs mount"
 	@echo "  make clean         remove build directories"
 
@@ -124,7 +125,7 @@ fuzz: deps
 lint:
 	@JOBS="$(JOBS)" PYTHON="$(PYTHON)" bash scripts/lint.sh
 
-bench: bench-counter bench-faults bench-counter-wan bench-fs bench-fs-faults
+bench: bench-counter bench-faults bench-counter-wan bench-fs bench-fs-faults bench-large-write
 
 bench-counter: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_counter.py
@@ -144,6 +145,9 @@ bench-fs-faults: deps all
 
 bench-fs-recovery: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_fs_recovery.py
+
+bench-large-write: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_large_write.py
 
 # Independent POSIX tools (pjdfstest, fsx-rs; installed with cargo the first time) against a local bftfs mount.
 posix-external: all
