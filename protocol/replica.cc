@@ -385,6 +385,7 @@ struct Replica::Impl {
   void attach_body(Entry& e, std::shared_ptr<const Batch> body);
   void start_fetch(Entry& e);
   void send_fetch(Entry& e);
+  std::uint32_t fetch_retry_after(std::uint32_t attempts);
   bool record_vote(Entry& e, NodeId from, const Digest& d, bool commit);
   void check_prepared(Entry& e);
   void check_committed(Entry& e);
@@ -1043,7 +1044,7 @@ void Replica::Impl::order_early() {
       // Its predecessor is pending but not executed: ordered in no batch this primary will execute before
       // this one (every earlier batch has executed: can_open_batch), e.g. in one a view change dropped. The
       // request waits in the queue until the predecessor executes (or its client retransmits it).
-      enqueue(qr->request, qr->request.digest());
+      enqueue(qr->request, qr->digest);
       break;
     }
     if (!open_batch) {
@@ -1197,7 +1198,7 @@ void Replica::Impl::start_fetch(Entry& e) {
   // that was already the bottleneck (finding 14: a view-change storm on one large write). So the first
   // FETCH-BATCH waits one retry interval then.
   if (e.view == view && !in_view_change && primary_of(view) != self) {
-    e.fetch_ticks_left = opt.fetch_retry_ticks + static_cast<std::uint32_t>(prng.below(opt.fetch_retry_ticks / 4 + 1));
+    e.fetch_ticks_left = fetch_retry_after(0);
     return;
   }
   send_fetch(e);
@@ -1224,10 +1225,15 @@ void Replica::Impl::send_fetch(Entry& e) {
   }
   BFT_ASSERT(target != self);
   send(target, FetchBatch{e.seq, e.digest});
-  const std::uint32_t shift = std::min<std::uint32_t>(e.fetch_attempts, 4);
+  e.fetch_ticks_left = fetch_retry_after(e.fetch_attempts);
   e.fetch_attempts++;
-  e.fetch_ticks_left = (opt.fetch_retry_ticks << shift) +
-                       static_cast<std::uint32_t>(prng.below(opt.fetch_retry_ticks / 4 + 1));
+}
+
+// Ticks until FETCH-BATCH attempt `attempts` + 1: the retry interval doubled per earlier attempt (up to 16
+// intervals), with jitter so that replicas missing the same body do not ask in lockstep.
+std::uint32_t Replica::Impl::fetch_retry_after(std::uint32_t attempts) {
+  return (opt.fetch_retry_ticks << std::min<std::uint32_t>(attempts, 4)) +
+         static_cast<std::uint32_t>(prng.below(opt.fetch_retry_ticks / 4 + 1));
 }
 
 // Records one vote per replica per (view, seq) and kind: a second vote for another digest is equivocation.
@@ -1775,10 +1781,10 @@ void Replica::Impl::on_status(NodeId from, const Status& st) {
                                ticks - resent_tick < std::uint64_t{kStatusBodyIntervals} * opt.status_interval_ticks;
   const bool send_bodies = peer_stuck_rounds[from] >= 2 && !resent_recently;
   std::uint64_t body_bytes = 0;
-  for (std::uint64_t s = lo; s <= hi && body_bytes < kStatusResendBytesMax; s++) {
+  for (std::uint64_t s = lo; s <= hi; s++) {
     const Entry* e = find(s);
     if (e == nullptr || e->view != view || !e->has_digest) continue;
-    const bool body = send_bodies && e->batch && s > st.last_executed;
+    const bool body = send_bodies && body_bytes < kStatusResendBytesMax && e->batch && s > st.last_executed;
     if (body) {
       body_bytes += batch_op_bytes(*e->batch);
       resent_pos = st.last_committed;
@@ -2432,8 +2438,7 @@ void Replica::Impl::on_tick() {
     if (--e->fetch_ticks_left == 0) send_fetch(*e);
   }
   if (pending_new_view && --pending_new_view->fetch_ticks_left == 0) {
-    pending_new_view->fetch_rounds++;
-    pending_new_view->fetch_ticks_left = opt.fetch_retry_ticks << std::min<std::uint32_t>(pending_new_view->fetch_rounds, 4);
+    pending_new_view->fetch_ticks_left = fetch_retry_after(++pending_new_view->fetch_rounds);
     for (const auto& [s, d] : pending_new_view->missing) broadcast(FetchBatch{s, d});
   }
   fetcher.on_tick();

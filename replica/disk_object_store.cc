@@ -6,10 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <deque>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <unordered_map>
 
 #include "common/assert.h"
 #include "common/codec.h"
@@ -135,7 +136,7 @@ struct DiskObjectStore::Impl {
   std::uint64_t latest_seq = 0;
   std::map<std::uint64_t, Version> versions;  // retained checkpoints; the last is latest_seq
   std::set<std::uint64_t> dirty;              // partitions changed since latest_seq
-  // Leaf digests of dirty partitions computed ahead of the checkpoint (digest_ahead), each with the content it
+  // Leaf digests of dirty partitions computed ahead of the checkpoint (changed()), each with the content it
   // covers: used by checkpoint() only while the partition still has exactly that content.
   struct CachedLeaf {
     Content content;
@@ -143,6 +144,7 @@ struct DiskObjectStore::Impl {
   };
   std::map<std::uint64_t, CachedLeaf> leaf_cache;
   std::deque<std::uint64_t> digest_queue;  // partitions in the order they changed (repeats allowed), bounded
+  std::unordered_map<std::uint64_t, std::uint32_t> digest_queued;  // occurrences of each partition in it
   std::map<std::uint64_t, Content> frozen;    // their content at latest_seq, captured before the first change
   std::vector<std::uint64_t> part_record_bytes;  // size of each partition's newest PART record (0: none)
   std::uint64_t live_index_bytes = 0;            // sum of part_record_bytes: what a rewritten journal holds
@@ -224,9 +226,14 @@ struct DiskObjectStore::Impl {
   static constexpr std::size_t kDigestLag = 256;
   void changed(std::uint64_t p) {
     digest_queue.push_back(p);
+    ++digest_queued[p];
     while (digest_queue.size() > kDigestLag) {
       const std::uint64_t q = digest_queue.front();
       digest_queue.pop_front();
+      auto n = digest_queued.find(q);
+      BFT_ASSERT(n != digest_queued.end() && n->second > 0);
+      if (--n->second > 0) continue;  // changed again since: digested when its last change falls behind
+      digest_queued.erase(n);
       if (dirty.count(q) == 0) continue;
       Content c = content_of(q);
       auto it = leaf_cache.find(q);
@@ -249,6 +256,7 @@ struct DiskObjectStore::Impl {
   void forget_cached_leaves() {
     leaf_cache.clear();
     digest_queue.clear();
+    digest_queued.clear();
   }
 
   void index_put(const ObjectKey& key, const Extent& e, std::uint64_t p) {
