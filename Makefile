@@ -149,6 +149,10 @@ bench-fs-recovery: deps all
 bench-large-write: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_large_write.py
 
+# The disk's durable-write latency, alone and with four writers at once: the floor under PBFT's latency.
+bench-fsync-floor:
+	QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_fsync_floor.py
+
 # Independent POSIX tools (pjdfstest, fsx-rs; installed with cargo the first time) against a local bftfs mount.
 posix-external: all
 	@BFTFS_BUILD="$(abspath $(BUILD))" bash tests/tools/posix_external.sh

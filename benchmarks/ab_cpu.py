@@ -67,8 +67,10 @@ def daemons_cpu_s(pids: list[int]) -> float:
 
 
 class Cluster:
-    def __init__(self, binary: Path, args: list[str], root: Path, service: str, port: int) -> None:
+    def __init__(self, binary: Path, args: list[str], root: Path, service: str, port: int,
+                 clients: int = 64) -> None:
         self.binary = binary
+        self.clients = clients
         self.args = args
         self.dir = root / "cluster"
         self.service = service
@@ -78,7 +80,7 @@ class Cluster:
     def start(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
         run_cmd([self.binary, "cluster", "start", "--dir", self.dir, "--base-port", self.port, "--service",
-                 self.service, "--clients", 64, "--log-level", "warn", *self.args], 120, "cluster start")
+                 self.service, "--clients", self.clients, "--log-level", "warn", *self.args], 120, "cluster start")
 
     def stop(self) -> None:
         if (self.dir / "cluster.conf").exists():
@@ -215,7 +217,8 @@ def main() -> int:
     try:
         for rnd in range(1, args.rounds + 1):
             for label, binary, extra in configs:
-                cl = Cluster(binary, extra, root, service, args.port)
+                # Client ids 4 and 5.. are used by the workload: room for --clients of them.
+                cl = Cluster(binary, extra, root, service, args.port, max(64, args.clients + 8))
                 current[:] = [cl]
                 cl.start()
                 try:

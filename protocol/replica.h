@@ -39,6 +39,10 @@ struct ReplicaOptions {
   std::uint32_t batch_window = 1;           // batches in flight before the primary starts batching; 0 = no
                                             // batching at all (one request per pre-prepare, unbounded window)
   bool tentative_execution = true;
+  // Our COMMIT for a prepared batch waits for the next PRE-PREPARE or PREPARE we broadcast and leaves in the same
+  // write, or for the next tick (see Replica::Impl::defer_commit). Only with tentative execution, where the
+  // client waits for PREPARED replies and the commit round is off its critical path.
+  bool piggyback_commits = true;
   // PBFT-CS (NSDI'09 §3.1): the primary executes requests on receipt and sends early, speculative replies.
   bool early_replies = false;
   std::uint32_t client_window = 64;         // requests a client may have in flight (its reply cache size)

@@ -168,6 +168,7 @@ struct ReplicaRuntime::Impl {
   std::uint64_t view_gen = 0;      // the latest of them that appended a ViewRecord
   std::uint64_t durable_gen = 0;   // every record of the flushes up to this one is durable
   std::uint64_t flight_gen = 0;    // the group being written covers the flushes up to this one (0: none)
+  std::uint64_t peer_held_gen = 0; // the highest generation a held send to the replicas waits for
   std::string ctx;  // log prefix
   std::string status_path;
   std::uint64_t started_ns = 0;
@@ -258,15 +259,24 @@ struct ReplicaRuntime::Impl {
     wal->maintain();
   }
 
-  // Sends `s` now if the log is durable as far as it depends on, else holds it.
+  // Sends `s` now if the log is durable as far as it depends on, else holds it. A PRE-PREPARE or PREPARE that
+  // need not wait still queues behind a held send to the replicas: the core puts its deferred COMMITs just
+  // before it (Replica::Impl::defer_commit), and both then leave in one write per peer when the group is durable
+  // instead of the PREPARE now and the COMMIT alone a moment later. It waits at most for the group in flight.
   void dispatch(Send&& s) {
-    const std::uint64_t need = send_waits_for_log(s) ? must_gen : view_gen;
+    std::uint64_t need = send_waits_for_log(s) ? must_gen : view_gen;
+    const bool to_replicas = s.to == kAllReplicas || s.to < config.n;
+    if (to_replicas && peer_held_gen > durable_gen &&
+        (std::holds_alternative<PrePrepare>(s.message) || std::holds_alternative<Prepare>(s.message))) {
+      need = std::max(need, peer_held_gen);
+    }
     if (need <= durable_gen) {
       if (flight_gen != 0) ++sends_overtook;
       transport->send(s);
       return;
     }
     ++sends_held;
+    if (to_replicas) peer_held_gen = std::max(peer_held_gen, need);
     held.push_back(Held{need, std::move(s)});
     held_max = std::max<std::uint64_t>(held_max, held.size());
   }

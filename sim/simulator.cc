@@ -113,14 +113,14 @@ struct Scenario {
     }
     return fmt("mode=%s f=%u n=%u clients=%u%s service=%s byz=[%s] crash=%uppm net=delay%u-%u loss=%uppm "
                "dup=%uppm partition=%uppm slow=%uppm K=%llu L=%llu batch=%u/%u tentative=%d vc_timeout=%u "
-               "status=%u digests=%d early=%d%s",
+               "status=%u digests=%d early=%d piggyback=%d%s",
                to_string(mode), f, n, clients, pipelining_client ? "+pipelining" : "",
                counter ? "counter" : "null", byz.c_str(), crash_ppm, net.delay_min_ticks, net.delay_max_ticks,
                net.loss_ppm, net.duplicate_ppm, partition_ppm, slow_ppm, ull(replica.checkpoint_interval),
                ull(replica.log_window), replica.batch_requests_max, replica.batch_window,
                replica.tentative_execution ? 1 : 0, replica.view_change_timeout_ticks,
                replica.status_interval_ticks, client.use_reply_digests ? 1 : 0,
-               replica.early_replies ? 1 : 0, describe_cs().c_str());
+               replica.early_replies ? 1 : 0, replica.piggyback_commits ? 1 : 0, describe_cs().c_str());
   }
 
   std::string describe_cs() const {
@@ -220,6 +220,8 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   ro.batch_requests_max = batch_sizes[p.below(3)];
   ro.batch_window = static_cast<std::uint32_t>(p.below(3));
   ro.tentative_execution = p.chance(7, 10);
+  // Piggybacked commits from their own stream too (added after the regression seeds were found).
+  ro.piggyback_commits = Prng(mix(c.seed, 0x9166BAC4)).chance(3, 4);
   {
     // PBFT-CS options come from their own stream so that adding them left every older seed's scenario as it was
     // (the regression seeds in regression-seeds.txt keep replaying what they found). Every value is drawn

@@ -247,6 +247,9 @@ ReplicaOptions small_options() {
   o.view_change_timeout_ticks_max = 1000;
   o.status_interval_ticks = 20;
   o.fetch_retry_ticks = 10;
+  // The classic message flow (each COMMIT at once), which these step-by-step tests follow; the piggybacked
+  // commits have their own tests below ("piggybacked commits ...").
+  o.piggyback_commits = false;
   return o;
 }
 
@@ -1082,4 +1085,107 @@ TEST_CASE("a replica that missed batches learns it from the answer to its STATUS
   CHECK(c.r(3).last_executed() == c.r(0).last_executed());
   require_agreement(c, {0, 1, 2, 3});
   CHECK(quiet.new_errors() == 0);
+}
+
+// ---- piggybacked commits (Replica::Impl::defer_commit) ----
+
+namespace {
+ReplicaOptions piggyback_options() {
+  ReplicaOptions o = small_options();
+  o.piggyback_commits = true;
+  o.checkpoint_interval = 16;  // no checkpoint boundary in these short runs (boundary commits are not deferred)
+  o.log_window = 32;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("piggybacked commits: a COMMIT waits for the next PREPARE and leaves just before it", "[replica]") {
+  LogQuiet quiet;
+  Cluster c(piggyback_options());
+  const NodeId client = c.client_ids[0];
+  CHECK(c.do_increment(client).value == 1);
+  // The client accepted 2f+1 tentative replies, yet no replica sent a COMMIT: seq 1 is prepared, not committed.
+  CHECK(c.count_delivered(is<Commit>) == 0);
+  for (NodeId i = 0; i < 4; i++) {
+    CHECK(c.r(i).last_executed() == 1);
+    CHECK(c.r(i).last_committed() == 0);
+    CHECK_FALSE(c.r(i).idle());  // so that the runtime keeps ticking for the flush
+  }
+  // The next request's PRE-PREPARE and PREPAREs carry them: every COMMIT for seq 1 precedes, from its sender,
+  // that sender's vote for seq 2, and seq 1 commits without a tick.
+  const Request req = c.increment(client);
+  c.send(req, 0);
+  c.run();
+  CHECK(c.count_delivered(is<Commit>) == 4 * 3);
+  for (NodeId i = 0; i < 4; i++) CHECK(c.r(i).last_committed() == 1);
+  for (NodeId from = 0; from < 4; from++) {
+    for (NodeId to = 0; to < 4; to++) {
+      if (from == to) continue;
+      std::size_t commit_at = SIZE_MAX, vote_at = SIZE_MAX;
+      for (std::size_t k = 0; k < c.delivered.size(); k++) {
+        const Envelope& e = c.delivered[k];
+        if (e.from != from || e.to != to) continue;
+        if (const auto* cm = std::get_if<Commit>(&e.message); cm && cm->seq == 1) commit_at = std::min(commit_at, k);
+        if (const auto* pp = std::get_if<PrePrepare>(&e.message); pp && pp->seq == 2) vote_at = std::min(vote_at, k);
+        if (const auto* pr = std::get_if<Prepare>(&e.message); pr && pr->seq == 2) vote_at = std::min(vote_at, k);
+      }
+      CHECK(commit_at < vote_at);
+    }
+  }
+  CHECK(c.await(client, req.request_id).value == 2);
+  require_agreement(c, {0, 1, 2, 3});
+  CHECK(quiet.new_errors() == 0);
+}
+
+TEST_CASE("piggybacked commits: a lone batch commits at the next tick", "[replica]") {
+  LogQuiet quiet;
+  Cluster c(piggyback_options());
+  c.do_increment(c.client_ids[0]);
+  for (NodeId i = 0; i < 4; i++) CHECK(c.r(i).last_committed() == 0);
+  c.tick(1);
+  for (NodeId i = 0; i < 4; i++) {
+    CHECK(c.r(i).last_committed() == 1);
+    CHECK(c.r(i).stats().batches_committed == 1);
+    CHECK(c.r(i).idle());
+  }
+  CHECK(c.count_delivered(is<Commit>) == 4 * 3);
+}
+
+TEST_CASE("piggybacked commits: a read-only request sends them at once, and reads the committed state", "[replica]") {
+  LogQuiet quiet;
+  Cluster c(piggyback_options());
+  const NodeId client = c.client_ids[0];
+  c.do_increment(client);
+  c.do_increment(client);
+  CHECK(c.r(0).last_committed() == 1);  // seq 2's commits wait
+  const Request ro = c.make_request(client, 100, counter_read_op(), /*read_only=*/true);
+  c.send_all(ro);
+  c.run();  // no tick
+  const auto result = c.accepted(client, ro.request_id);
+  REQUIRE(result);
+  CounterResult res;
+  REQUIRE(parse_counter_result(*result, res));
+  CHECK(res.value == 2);
+  for (NodeId i = 0; i < 4; i++) {
+    CHECK(c.r(i).last_committed() == 2);
+    CHECK(c.r(i).stats().read_only_executed == 1);
+  }
+}
+
+TEST_CASE("piggybacked commits: a checkpoint seq's COMMIT is not deferred", "[replica]") {
+  LogQuiet quiet;
+  ReplicaOptions o = piggyback_options();
+  o.checkpoint_interval = 2;
+  o.log_window = 4;
+  Cluster c(o);
+  const NodeId client = c.client_ids[0];
+  c.do_increment(client);
+  c.do_increment(client);  // seq 2 is a checkpoint: it commits at once, and with it seq 1
+  for (NodeId i = 0; i < 4; i++) {
+    CHECK(c.r(i).last_committed() == 2);
+    CHECK(c.r(i).stable_checkpoint() == 2);
+  }
+  // Execution past the boundary waits for that commit; it did not need a tick.
+  CHECK(c.do_increment(client).value == 3);
+  require_agreement(c, {0, 1, 2, 3});
 }

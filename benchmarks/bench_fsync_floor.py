@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""What one durable log write costs on this machine's disk: the floor under every durable reply.
+
+A bftfs replica makes its PreparedRecord durable before it sends the COMMIT and the tentative reply a client
+waits for (protocol/effects.h), and the benchmark clusters run all four replicas (n = 3f+1, f = 1) on one disk.
+So a PBFT request's latency can never be below the time of one durable write while the other replicas make
+theirs at the same moment. This benchmark measures exactly that write, with the system call the log uses
+(replica/wal.cc Wal::write_durable: pwritev2(RWF_DSYNC) of an overwrite of preallocated, zero-filled blocks),
+in the directory where the benchmarks put their data directories:
+
+  writers_1   one process writing and syncing 4 KiB records one after the other (a lone replica, or the
+              NO-REP server with --durable)
+  writers_4   four processes doing the same at once, each on its own file (the four replicas of a cluster)
+
+For each: latency p50/p99/mean in microseconds and the total number of durable writes per second. When
+bench-results/counter.json exists, `floor` relates the writers_4 p50 to the NO-REP latencies measured there:
+the least PBFT/NO-REP latency ratio this disk allows, before any message is sent.
+
+Writes bench-results/fsync-floor.json. QUICK=1 takes fewer samples. This is a benchmark: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+RECORD_BYTES = 4096
+FILE_BYTES = 16 << 20  # preallocated and zero-filled, like a log segment
+
+
+def prepare_file(path: Path) -> None:
+    zeros = b"\0" * (1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(FILE_BYTES // len(zeros)):
+            f.write(zeros)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def writer(path: str, samples: int, start_at: float, out) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        record = bytearray(RECORD_BYTES)
+        latencies = []
+        while time.monotonic() < start_at:  # every writer starts at once
+            time.sleep(0.0005)
+        began = time.monotonic()
+        for i in range(samples):
+            record[0] = i & 0xFF
+            offset = (i * RECORD_BYTES) % FILE_BYTES
+            t0 = time.perf_counter_ns()
+            os.pwritev(fd, [record], offset, os.RWF_DSYNC)
+            latencies.append((time.perf_counter_ns() - t0) / 1000.0)
+        out.put({"latencies_us": latencies, "elapsed_s": time.monotonic() - began})
+    finally:
+        os.close(fd)
+
+
+def run(directory: Path, writers: int, samples: int) -> dict:
+    paths = [directory / f"log{i}" for i in range(writers)]
+    for p in paths:
+        prepare_file(p)
+    queue: multiprocessing.Queue = multiprocessing.Queue()
+    start_at = time.monotonic() + 0.3
+    procs = [multiprocessing.Process(target=writer, args=(str(p), samples, start_at, queue)) for p in paths]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    lat = sorted(x for r in results for x in r["latencies_us"])
+    elapsed = max(r["elapsed_s"] for r in results)
+    return {
+        "writers": writers,
+        "samples_per_writer": samples,
+        "record_bytes": RECORD_BYTES,
+        "latency_us_p50": round(common.percentile(lat, 0.50), 1),
+        "latency_us_p99": round(common.percentile(lat, 0.99), 1),
+        "latency_us_mean": round(statistics.fmean(lat), 1),
+        "durable_writes_per_s": round(len(lat) / elapsed, 1),
+    }
+
+
+def main() -> int:
+    common.exit_cleanly_on_sigterm()
+    samples = 300 if common.quick_mode() else 2000
+    scratch = Path(tempfile.mkdtemp(prefix="bftfs-fsync-"))
+    try:
+        result: dict = {}
+        for writers in (1, 4):
+            common.progress(f"fsync floor: {writers} writer(s), {samples} durable 4 KiB writes each")
+            result[f"writers_{writers}"] = run(scratch, writers, samples)
+            common.progress(f"  {json.dumps(result[f'writers_{writers}'])}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    counter = common.RESULTS_DIR / "counter.json"
+    if counter.exists():
+        measured = json.loads(counter.read_text())
+        floor: dict = {"pbft_durable_write_us_p50": result["writers_4"]["latency_us_p50"],
+                       "counter_json_commit": measured.get("meta", {}).get("git_commit")}
+        for system in ("norep", "norep_durable"):
+            p50 = measured.get(system, {}).get("latency_us_p50")
+            if p50:
+                floor[f"{system}_latency_us_p50"] = p50
+                floor[f"least_pbft_over_{system}_latency_p50"] = round(result["writers_4"]["latency_us_p50"] / p50, 2)
+        result["floor"] = floor
+    result["meta"] = common.run_metadata(scratch_dir=str(scratch.parent), quick=common.quick_mode(),
+                                         syscall="pwritev2(RWF_DSYNC), overwrite of a preallocated zero-filled file")
+    out = common.RESULTS_DIR / "fsync-floor.json"
+    common.write_json(out, result)
+    common.progress(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
