@@ -54,7 +54,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write posix-external clean help
+        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write bench-fsync-floor posix-external clean help
 
 help:
 	@echo "bftfs make targets:"
@@ -72,6 +72,7 @@ help:
 	@echo "  make bench-fs-faults  Andrew on PBFT with a backup, then the primary, killed; tree vs a fault-free run"
 	@echo "  make bench-fs-recovery  fs disk store: wiped replica rejoin, corrupt block repair, crash of all"
 	@echo "  make bench-large-write  one large dd through the mount: time, memory, view changes (64 MiB-1 GiB)"
+	@echo "  make bench-fsync-floor  the disk's durable-write latency, 1 and 4 writers: the floor under PBFT's latency"
 	@echo "  make posix-external  pjdfstest and fsx (cargo install) against a local bftfs mount"
 	@echo "  make clean         remove build directories"
 

@@ -100,7 +100,10 @@ struct Send {
 //   a ViewRecord is not durable, and otherwise may overtake waiting sends (the protocol tolerates reordering;
 //   the simulator's network reorders).
 // This is what lets batch n+1 be pre-prepared and prepared while batch n's PreparedRecord is on its way to
-// the disk (TOCS §5.1.4's pipelining of batches, with the log write of §4.3 off the critical path).
+// the disk (TOCS §5.1.4's pipelining of batches, with the log write of §4.3 off the critical path). With
+// piggybacked commits (ReplicaOptions::piggyback_commits) the runtime chooses to keep a PRE-PREPARE or PREPARE
+// behind a held send to the replicas, so that the deferred COMMIT the core put before it leaves in the same
+// write; that only delays it, which is always allowed.
 inline bool send_waits_for_log(const Send& s) {
   if (const auto* r = std::get_if<Reply>(&s.message)) return (r->flags & kReplySpeculative) == 0;
   return std::holds_alternative<Commit>(s.message) || std::holds_alternative<Checkpoint>(s.message) ||
