@@ -130,6 +130,8 @@ class Wal {
   void append(const PersistRecord& record);
   // True if records were appended since the last sync() or begin_group().
   bool dirty() const { return !buffer_.empty(); }
+  // Bytes appended since the last sync() or begin_group().
+  std::size_t buffered_bytes() const { return buffer_.size(); }
 
   // One group on its way to the disk: everything that was buffered at begin_group(), and where it goes.
   struct Group {
