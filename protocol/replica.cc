@@ -1426,7 +1426,8 @@ void Replica::Impl::check_prepared(Entry& e) {
 // commit), and a view change.
 void Replica::Impl::defer_commit(const Entry& e) {
   const Commit c{e.view, e.seq, e.digest};
-  if (!commits_piggybacked() || e.seq % opt.checkpoint_interval == 0 || !read_only_queue.empty()) {
+  // A waiting read-only request needs no case here: after_step flushes for it before this call's sends go.
+  if (!commits_piggybacked() || e.seq % opt.checkpoint_interval == 0) {
     flush_commits();
     broadcast(c);
     return;
