@@ -43,6 +43,12 @@ struct ReplicaOptions {
   // write, or for the next tick (see Replica::Impl::defer_commit). Only with tentative execution, where the
   // client waits for PREPARED replies and the commit round is off its critical path.
   bool piggyback_commits = true;
+  // Batch hold: when the batch window opens while clients the primary has just answered (executed, with nothing
+  // else queued or ordered) have not sent their next request yet, the next PRE-PREPARE waits for them, until
+  // end_batch_hold() or the next tick (see Replica::Impl::hold_for_returning). Closed-loop clients then share one
+  // batch per round instead of splitting into cohorts that alternate batches. Only with batching (batch_window >
+  // 0) and without early replies; a lone client never waits (its own next request ends the wait).
+  bool batch_hold = true;
   // PBFT-CS (NSDI'09 §3.1): the primary executes requests on receipt and sends early, speculative replies.
   bool early_replies = false;
   std::uint32_t client_window = 64;         // requests a client may have in flight (its reply cache size)
@@ -104,6 +110,11 @@ class Replica {
   // message content: invalid messages are counted and dropped.
   void on_message(NodeId from, const Message& message);
   void on_tick();
+  // Batch hold (ReplicaOptions::batch_hold): true while the primary keeps queued requests back for clients it has
+  // just answered. The driver should call end_batch_hold() soon after (the runtime: after kBatchHoldUs); the next
+  // tick ends the wait in any case, so a driver that never calls it only waits longer.
+  bool batch_held() const;
+  void end_batch_hold();
   // The driver's wall clock, used only by the primary to choose Batch::timestamp_ns (kept increasing).
   void set_wall_clock_ns(std::uint64_t now_ns);
 

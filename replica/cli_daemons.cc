@@ -22,6 +22,8 @@ int cmd_replica(int argc, char** argv) {
   p.option("batch-window", "W", "batches in flight before requests wait to be batched", "1");
   p.option("checkpoint-interval", "K", "checkpoint every K sequence numbers (log window 2K)", "128");
   p.flag("no-piggyback-commits", "send each COMMIT at once instead of with the next PRE-PREPARE/PREPARE");
+  p.flag("no-batch-hold", "as primary, send the next batch as soon as the window opens instead of waiting briefly "
+         "for the clients just answered");
   p.flag("no-fsync", "do not fdatasync the log (NOT durable; for measuring what fsync costs)");
   p.flag("check-invariants", "check the core's invariants after every step (slow)");
   p.flag("shim", "run the service behind the PBFT-CS shim (predicated requests of speculating clients)");
@@ -42,6 +44,7 @@ int cmd_replica(int argc, char** argv) {
   o.core.batch_window = static_cast<std::uint32_t>(p.get_u64("batch-window", ok, 1, 1024));
   if (p.has("no-batching")) o.core.batch_window = 0;
   o.core.piggyback_commits = !p.has("no-piggyback-commits");
+  o.core.batch_hold = !p.has("no-batch-hold");
   o.wal.fsync = !p.has("no-fsync");
   o.check_invariants = p.has("check-invariants");
   o.shim = p.has("shim");

@@ -75,6 +75,7 @@ struct SimStats {
   std::uint64_t new_views_installed = 0;
   std::uint64_t state_transfers = 0;
   std::uint64_t replica_rollbacks = 0;
+  std::uint64_t batch_holds = 0;  // ticks at which a primary held a batch back for returning clients
   std::uint64_t service_rollbacks = 0;  // rollbacks that undid at least one execution (RecordingService)
   std::uint64_t crashes = 0;
   std::uint64_t crashes_between_persist_and_send = 0;

@@ -250,6 +250,8 @@ ReplicaOptions small_options() {
   // The classic message flow (each COMMIT at once), which these step-by-step tests follow; the piggybacked
   // commits have their own tests below ("piggybacked commits ...").
   o.piggyback_commits = false;
+  // Likewise each batch leaves as soon as the window allows (the batch hold has its own tests, "batch hold: ...").
+  o.batch_hold = false;
   return o;
 }
 
@@ -1188,4 +1190,116 @@ TEST_CASE("piggybacked commits: a checkpoint seq's COMMIT is not deferred", "[re
   // Execution past the boundary waits for that commit; it did not need a tick.
   CHECK(c.do_increment(client).value == 3);
   require_agreement(c, {0, 1, 2, 3});
+}
+
+// ---- batch hold (ReplicaOptions::batch_hold, Replica::Impl::hold_for_returning) ----
+
+ReplicaOptions hold_options() {
+  ReplicaOptions o = small_options();
+  o.batch_hold = true;
+  o.batch_window = 1;
+  return o;
+}
+
+// Every replica executed `seqs` batches holding `requests` requests in all.
+void check_executed(Cluster& c, std::uint64_t seqs, std::uint64_t requests) {
+  for (NodeId i = 0; i < 4; i++) {
+    CHECK(c.r(i).last_executed() == seqs);
+    CHECK(c.r(i).stats().requests_executed == requests);
+  }
+}
+
+TEST_CASE("batch hold: the next batch waits for the client just answered and takes its next request along", "[replica]") {
+  LogQuiet quiet;
+  Cluster c(hold_options(), 2);
+  const NodeId a = c.client_ids[0];
+  const NodeId b = c.client_ids[1];
+  c.do_increment(a);  // a was answered and has nothing queued: the primary expects it back
+  const Request b1 = c.increment(b);
+  c.send(b1, 0);
+  c.run();
+  CHECK(c.r(0).batch_held());
+  check_executed(c, 1, 1);
+  for (NodeId i = 1; i < 4; i++) CHECK_FALSE(c.r(i).batch_held());  // only a primary holds
+  const Request a2 = c.increment(a);
+  c.send(a2, 0);
+  c.run();
+  // a came back: one batch with both requests, sent without a tick.
+  CHECK_FALSE(c.r(0).batch_held());
+  check_executed(c, 2, 3);
+  CHECK(c.accepted(b, b1.request_id).has_value());
+  CHECK(c.accepted(a, a2.request_id).has_value());
+  require_agreement(c, {0, 1, 2, 3});
+}
+
+TEST_CASE("batch hold: a client that does not come back costs one bounded wait", "[replica]") {
+  LogQuiet quiet;
+  Cluster c(hold_options(), 2);
+  const NodeId a = c.client_ids[0];
+  const NodeId b = c.client_ids[1];
+  c.do_increment(a);
+  const Request b1 = c.increment(b);
+  c.send(b1, 0);
+  c.run();
+  REQUIRE(c.r(0).batch_held());
+
+  SECTION("the driver ends it") {
+    c.r(0).end_batch_hold();
+    c.drain(0);
+    c.run();
+  }
+  SECTION("else the second tick ends it") {
+    c.tick(1);
+    CHECK(c.r(0).batch_held());
+    check_executed(c, 1, 1);
+    c.tick(1);
+  }
+  CHECK_FALSE(c.r(0).batch_held());
+  check_executed(c, 2, 2);
+  CHECK(c.accepted(b, b1.request_id).has_value());
+  // b was answered now, a was given up on: b's next request waits for b alone, so it goes at once.
+  c.tick_until([&] { return c.r(0).idle(); });
+  const Request b2 = c.increment(b);
+  c.send(b2, 0);
+  c.run();
+  CHECK_FALSE(c.r(0).batch_held());
+  check_executed(c, 3, 3);
+}
+
+TEST_CASE("batch hold: a lone client, and a client with its next request already queued, never wait", "[replica]") {
+  LogQuiet quiet;
+  Cluster c(hold_options(), 1);
+  const NodeId a = c.client_ids[0];
+  for (std::uint64_t k = 1; k <= 3; k++) {
+    const Request r = c.increment(a);
+    c.send(r, 0);
+    c.run();  // no tick: its own request ends any wait for it
+    CHECK_FALSE(c.r(0).batch_held());
+    check_executed(c, k, k);
+    REQUIRE(c.accepted(a, r.request_id).has_value());
+    CounterResult res;
+    REQUIRE(parse_counter_result(*c.accepted(a, r.request_id), res));
+    c.token[a] = res.next_token;
+  }
+}
+
+TEST_CASE("batch hold: a view change forgets the clients waited for", "[replica]") {
+  LogQuiet quiet;
+  Cluster c(hold_options(), 2);
+  const NodeId a = c.client_ids[0];
+  const NodeId b = c.client_ids[1];
+  c.do_increment(a);
+  const Request b1 = c.increment(b);
+  c.send(b1, 0);
+  c.run();
+  REQUIRE(c.r(0).batch_held());
+  // The primary goes silent; b retransmits to everyone, the backups time out and move to view 1.
+  c.crash(0);
+  c.send_all(b1);
+  REQUIRE(c.tick_until([&] { return c.accepted(b, b1.request_id).has_value(); }, 5000));
+  for (NodeId i = 1; i < 4; i++) {
+    CHECK(c.r(i).view() >= 1);
+    CHECK_FALSE(c.r(i).batch_held());
+  }
+  require_agreement(c, {1, 2, 3});
 }
