@@ -1201,6 +1201,17 @@ ReplicaOptions hold_options() {
   return o;
 }
 
+// Client a (the first) is answered with nothing else of it queued; then client b's request reaches the primary,
+// which holds it back for a. Returns b's request.
+Request hold_b_for_a(Cluster& c) {
+  c.do_increment(c.client_ids[0]);
+  const Request b1 = c.increment(c.client_ids[1]);
+  c.send(b1, 0);
+  c.run();
+  REQUIRE(c.r(0).batch_held());
+  return b1;
+}
+
 // Every replica executed `seqs` batches holding `requests` requests in all.
 void check_executed(Cluster& c, std::uint64_t seqs, std::uint64_t requests) {
   for (NodeId i = 0; i < 4; i++) {
@@ -1214,11 +1225,7 @@ TEST_CASE("batch hold: the next batch waits for the client just answered and tak
   Cluster c(hold_options(), 2);
   const NodeId a = c.client_ids[0];
   const NodeId b = c.client_ids[1];
-  c.do_increment(a);  // a was answered and has nothing queued: the primary expects it back
-  const Request b1 = c.increment(b);
-  c.send(b1, 0);
-  c.run();
-  CHECK(c.r(0).batch_held());
+  const Request b1 = hold_b_for_a(c);  // a was answered and has nothing queued: the primary expects it back
   check_executed(c, 1, 1);
   for (NodeId i = 1; i < 4; i++) CHECK_FALSE(c.r(i).batch_held());  // only a primary holds
   const Request a2 = c.increment(a);
@@ -1235,13 +1242,8 @@ TEST_CASE("batch hold: the next batch waits for the client just answered and tak
 TEST_CASE("batch hold: a client that does not come back costs one bounded wait", "[replica]") {
   LogQuiet quiet;
   Cluster c(hold_options(), 2);
-  const NodeId a = c.client_ids[0];
   const NodeId b = c.client_ids[1];
-  c.do_increment(a);
-  const Request b1 = c.increment(b);
-  c.send(b1, 0);
-  c.run();
-  REQUIRE(c.r(0).batch_held());
+  const Request b1 = hold_b_for_a(c);
 
   SECTION("the driver ends it") {
     c.r(0).end_batch_hold();
@@ -1286,13 +1288,8 @@ TEST_CASE("batch hold: a lone client, and a client with its next request already
 TEST_CASE("batch hold: a view change forgets the clients waited for", "[replica]") {
   LogQuiet quiet;
   Cluster c(hold_options(), 2);
-  const NodeId a = c.client_ids[0];
   const NodeId b = c.client_ids[1];
-  c.do_increment(a);
-  const Request b1 = c.increment(b);
-  c.send(b1, 0);
-  c.run();
-  REQUIRE(c.r(0).batch_held());
+  const Request b1 = hold_b_for_a(c);
   // The primary goes silent; b retransmits to everyone, the backups time out and move to view 1.
   c.crash(0);
   c.send_all(b1);
