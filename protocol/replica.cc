@@ -1012,7 +1012,7 @@ void Replica::Impl::trim_tickets() {
 // clients on the 2-core test machine, holding until all 32 had arrived gave +50% requests/s, -32% CPU per
 // request and -35% latency (benchmarks/ab_cpu.py). The hold waits only for clients that are certain to come
 // back soon: those answered since our last PRE-PREPARE with nothing else queued or ordered. A client that stops
-// costs one bounded wait (the driver's end_batch_hold, else the next tick), after which it is forgotten until it
+// costs one bounded wait (the driver's end_batch_hold, else the second tick), after which it is forgotten until it
 // is answered again; a lone client never waits, since its next request removes it from `returning` as it
 // arrives. TOCS §5.1.4 batches on a window of batches in flight; this is the same idea applied to how a batch
 // fills once the window opens. Only the timing of PRE-PREPAREs changes, never what is ordered.

@@ -45,7 +45,7 @@ struct ReplicaOptions {
   bool piggyback_commits = true;
   // Batch hold: when the batch window opens while clients the primary has just answered (executed, with nothing
   // else queued or ordered) have not sent their next request yet, the next PRE-PREPARE waits for them, until
-  // end_batch_hold() or the next tick (see Replica::Impl::hold_for_returning). Closed-loop clients then share one
+  // end_batch_hold() or the second tick (see Replica::Impl::hold_for_returning). Closed-loop clients then share one
   // batch per round instead of splitting into cohorts that alternate batches. Only with batching (batch_window >
   // 0) and without early replies; a lone client never waits (its own next request ends the wait).
   bool batch_hold = true;

@@ -46,7 +46,7 @@ constexpr std::size_t kInlineGroupBytesMax = 64 * 1024;
 // Batch hold (ReplicaOptions::batch_hold): how long the primary waits for the clients it has just answered before
 // it sends the next batch without them. The timer is armed after the pass's flush, so it starts when their
 // replies have left (behind the log write); a client on the same host or LAN is back within 0.1-0.3 ms, so this
-// waits out a returning cohort while a client that stopped costs one such wait. The next tick ends a hold too.
+// waits out a returning cohort while a client that stopped costs one such wait. The core's second tick ends a hold too.
 constexpr std::uint32_t kBatchHoldUs = 500;
 
 // A data directory holds one service configuration for life: restarted with another service, or with the shim
