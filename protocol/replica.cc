@@ -386,6 +386,7 @@ struct Replica::Impl {
   std::optional<Digest> validate_request(const Request& r);
   void enqueue(const Request& r, const Digest& d);
   void forget_request(NodeId client, std::uint64_t request_id);
+  void rebuild_pending();
   void send_cached_reply(NodeId client, std::uint64_t request_id);
   void maybe_send_pre_prepares();
   bool hold_for_returning() const;
@@ -824,6 +825,18 @@ void Replica::Impl::forget_request(NodeId client, std::uint64_t request_id) {
     }
   }
   if (per_client.empty()) queue.erase(it);
+}
+
+// `pending` from the log: the requests of the batches this primary ordered in its view and has not executed.
+// Nothing on a backup or during a view change (install_new_view fills it for the new primary).
+void Replica::Impl::rebuild_pending() {
+  pending.clear();
+  if (in_view_change || primary_of(view) != self) return;
+  for (std::uint64_t s = last_executed + 1; s < next_seq; s++) {
+    const Entry* e = find(s);
+    if (e == nullptr || e->view != view || !e->has_digest || !e->batch) continue;
+    for (const Request& r : e->batch->requests) pending.insert({r.client, r.request_id});
+  }
 }
 
 void Replica::Impl::send_cached_reply(NodeId client, std::uint64_t request_id) {
@@ -2163,6 +2176,10 @@ void Replica::Impl::install_fetched_state(FetchedState&& fs) {
     }
     it = per_client.empty() ? queue.erase(it) : std::next(it);
   }
+  // A primary's `pending` named requests of batches up to fs.seq that it never executed itself; one that every
+  // replica skipped there for per-client order is still fresh, and a stale entry would make the primary drop
+  // its retransmissions forever (sim/FINDINGS.md F9).
+  rebuild_pending();
   stats.state_transfers++;
   LOG_INFO(ctx(), "state transfer complete at s%llu", static_cast<unsigned long long>(fs.seq));
 }
