@@ -100,6 +100,7 @@ std::string ClientLink::create(event_base* base, const std::string& config_path,
   c->crypto_ = std::move(crypto);
   TransportOptions to;
   to.send_hello = true;
+  to.cork_reads = true;
   to.wan = wan;
   const ClusterConfig& config = c->config_;
   auto connect = [&config](Transport& t) -> std::string {
@@ -274,6 +275,7 @@ std::string DirectClient::create(event_base* base, const std::string& config_pat
   DirectClient* raw = c.get();
   TransportOptions to;
   to.send_hello = true;
+  to.cork_reads = true;
   to.wan = wan;
   Transport::OnMessage on_message = [raw](NodeId from, Message&& m) { raw->on_message(from, std::move(m)); };
   const ReplicaAddress addr = server.host.empty() ? c->config_.replicas[0] : server;

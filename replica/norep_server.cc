@@ -114,7 +114,9 @@ struct NorepServer::Impl {
       executed.fetch_add(1, std::memory_order_relaxed);
       pending.push_back(Send{from, std::move(reply)});
     }
-    if (pending.size() >= 4096) flush();  // bound a pass under a flood of requests
+    // Bound a pass under a flood of requests, and take each checkpoint at its boundary as replicas do (one read
+    // may bring hundreds of requests; a pass-end checkpoint alone would cover them all at once).
+    if (pending.size() >= 4096 || (has_store && seq - last_checkpoint >= kCheckpointInterval)) flush();
   }
 
   // Every kCheckpointInterval executed requests the service takes a durable checkpoint, as a replica does every

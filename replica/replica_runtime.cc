@@ -478,6 +478,7 @@ struct ReplicaRuntime::Impl {
         .add("parked_delivered", ts.parked_delivered)
         .add("parked_expired", ts.parked_expired)
         .add("direct_writes", ts.direct_writes)
+        .add("direct_reads", ts.direct_reads)
         .add("corked_frames", ts.corked_frames)
         .add("wan", options.transport.wan.describe())
         .add("frames_delayed", ts.frames_delayed)

@@ -72,6 +72,9 @@ struct TransportOptions {
   std::uint32_t incoming_connections_max = 4096;
   std::size_t read_bytes_max_per_event = 256u << 10;  // fairness between connections in one loop pass
   bool send_hello = false;                      // clients: bind each new connection at once (see above)
+  // Clients: what the callbacks of one read send leaves when the read is done, one write per connection (the
+  // K closed-loop clients answered by one frame group send their next requests in one write, not K).
+  bool cork_reads = false;
   std::uint32_t park_ms = 1000;
   std::uint32_t park_frames_max = 64;
   std::size_t park_bytes_max = 16u << 20;
@@ -105,6 +108,7 @@ struct TransportStats {
   std::uint64_t parked_delivered = 0;
   std::uint64_t parked_expired = 0;       // dropped: the node did not connect in time, or over the caps
   std::uint64_t direct_writes = 0;        // send() calls straight to the socket (nothing was queued)
+  std::uint64_t direct_reads = 0;         // readv() calls past libevent's 4 KiB read (see read_socket)
   std::uint64_t corked_frames = 0;        // frames that shared a send() with others of the same flush
   std::uint64_t frames_delayed = 0;       // held in a delay link (WAN emulation)
   std::uint64_t delay_dropped = 0;        // dropped: the delay links were full
@@ -184,6 +188,7 @@ class Transport {
   void bind(Conn* c, NodeId node);
 
   Conn* add_conn(int fd, bool outgoing, NodeId peer);
+  void read_socket(Conn* c);
   void read_frames(Conn* c);
   void close_conn(Conn* c, const char* reason);
   void start_connect(Peer& p);
