@@ -44,6 +44,20 @@ Reply reply_for(NodeId client, std::uint64_t rid, std::size_t result_bytes = 8) 
   return r;
 }
 
+// A plain TCP socket connected to replica 0's address: a peer that speaks raw bytes. `rcvbuf` > 0 shrinks its
+// receive buffer first.
+int raw_connect(const Keys& k, int rcvbuf = 0) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(k.config.replicas[0].port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
 Request request_from(NodeId client, std::uint64_t rid, std::uint32_t n) {
   Request q;
   q.client = client;
@@ -52,6 +66,17 @@ Request request_from(NodeId client, std::uint64_t rid, std::uint32_t n) {
   q.authenticator.resize(n);
   return q;
 }
+
+// Replica 0's transport listening on its address, recording what it receives.
+struct Server {
+  Keys k;
+  EventBasePtr base = make_event_base();
+  std::unique_ptr<Crypto> crypto = k.crypto(0);
+  std::vector<std::pair<NodeId, Message>> received;
+  Transport transport{base.get(), 4, *crypto, TransportOptions{},
+                      [this](NodeId from, Message&& m) { received.emplace_back(from, std::move(m)); }};
+  Server() { REQUIRE(transport.listen(k.config.replicas[0]).empty()); }
+};
 
 }  // namespace
 
@@ -118,15 +143,7 @@ TEST_CASE("transport: a peer that does not read is disconnected at the output ca
   REQUIRE(server.listen(k.config.replicas[0]).empty());
 
   // A raw client: authenticates with one request, then never reads.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  int tiny = 4096;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &tiny, sizeof tiny);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(k.config.replicas[0].port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = raw_connect(k, 4096);
   const Bytes frame = encode_frame(request_from(6, 1, 4), 6, 0, *c6);
   REQUIRE(::write(fd, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size()));
   REQUIRE(run_until(base.get(), [&] { return server.stats().frames_received == 1; }, 5000));
@@ -179,25 +196,24 @@ TEST_CASE("transport: an outgoing connection comes back after the peer restarts"
 
 TEST_CASE("transport: a frame far over libevent's 4 KiB read arrives whole, read in few system calls",
           "[runtime][transport]") {
-  Keys k;
-  EventBasePtr base = make_event_base();
-  auto c0 = k.crypto(0);
+  Server srv;
+  Keys& k = srv.k;
+  event_base* base = srv.base.get();
+  Transport& server = srv.transport;
   auto c5 = k.crypto(5);
   std::vector<Message> at_client;
-  Transport server(base.get(), 4, *c0, TransportOptions{}, [](NodeId, Message&&) {});
-  REQUIRE(server.listen(k.config.replicas[0]).empty());
   TransportOptions hello;
   hello.send_hello = true;
-  Transport client(base.get(), 4, *c5, hello, [&](NodeId, Message&& m) { at_client.push_back(std::move(m)); });
+  Transport client(base, 4, *c5, hello, [&](NodeId, Message&& m) { at_client.push_back(std::move(m)); });
   REQUIRE(client.connect(0, k.config.replicas[0]).empty());
-  REQUIRE(run_until(base.get(), [&] { return server.stats().hellos_received == 1; }, 5000));
+  REQUIRE(run_until(base, [&] { return server.stats().hellos_received == 1; }, 5000));
 
   Reply big = reply_for(5, 1, 1u << 20);
   for (std::size_t i = 0; i < big.result.size(); ++i) big.result[i] = static_cast<std::uint8_t>(i * 31 + 7);
   big.result_digest = digest_of(big.result);
   server.send(Send{5, big});
   server.send(Send{5, reply_for(5, 2)});
-  REQUIRE(run_until(base.get(), [&] { return at_client.size() == 2; }, 10000));
+  REQUIRE(run_until(base, [&] { return at_client.size() == 2; }, 10000));
   const Reply& got = std::get<Reply>(at_client[0]);
   CHECK(got.request_id == 1);
   CHECK(got.result == big.result);
@@ -210,31 +226,23 @@ TEST_CASE("transport: a frame far over libevent's 4 KiB read arrives whole, read
 }
 
 TEST_CASE("transport: a frame that arrives in pieces, then the peer's close, are both seen", "[runtime][transport]") {
-  Keys k;
-  EventBasePtr base = make_event_base();
-  auto c0 = k.crypto(0);
+  Server srv;
+  Keys& k = srv.k;
+  event_base* base = srv.base.get();
+  Transport& server = srv.transport;
+  auto& at_server = srv.received;
   auto c6 = k.crypto(6);
-  std::vector<std::pair<NodeId, Message>> at_server;
-  Transport server(base.get(), 4, *c0, TransportOptions{},
-                   [&](NodeId from, Message&& m) { at_server.emplace_back(from, std::move(m)); });
-  REQUIRE(server.listen(k.config.replicas[0]).empty());
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(k.config.replicas[0].port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = raw_connect(k);
   Request q = request_from(6, 1, 4);
   q.op = Bytes(20000, 3);  // a 20 KB request: a partial first piece, then more than libevent's 4 KiB at once
   const Bytes frame = encode_frame(q, 6, 0, *c6);
   const std::size_t first = 4096 + 100;
   REQUIRE(::write(fd, frame.data(), first) == static_cast<ssize_t>(first));
-  run_until(base.get(), [] { return false; }, 30);
+  run_until(base, [] { return false; }, 30);
   CHECK(at_server.empty());
   REQUIRE(::write(fd, frame.data() + first, frame.size() - first) == static_cast<ssize_t>(frame.size() - first));
   ::close(fd);
-  REQUIRE(run_until(base.get(), [&] { return at_server.size() == 1 && server.stats().connections_closed == 1; },
+  REQUIRE(run_until(base, [&] { return at_server.size() == 1 && server.stats().connections_closed == 1; },
                     5000));
   CHECK(at_server[0].first == 6);
   CHECK(std::get<Request>(at_server[0].second).op == q.op);
@@ -242,31 +250,29 @@ TEST_CASE("transport: a frame that arrives in pieces, then the peer's close, are
 
 TEST_CASE("transport: with cork_reads, what the callbacks of one read send leaves in one write",
           "[runtime][transport]") {
-  Keys k;
-  EventBasePtr base = make_event_base();
-  auto c0 = k.crypto(0);
+  Server srv;
+  Keys& k = srv.k;
+  event_base* base = srv.base.get();
+  Transport& server = srv.transport;
+  auto& at_server = srv.received;
   auto c5 = k.crypto(5);
-  std::vector<std::pair<NodeId, Message>> at_server;
-  Transport server(base.get(), 4, *c0, TransportOptions{},
-                   [&](NodeId from, Message&& m) { at_server.emplace_back(from, std::move(m)); });
-  REQUIRE(server.listen(k.config.replicas[0]).empty());
   TransportOptions opts;
   opts.send_hello = true;
   opts.cork_reads = true;
   Transport* client_ptr = nullptr;
-  Transport client(base.get(), 4, *c5, opts, [&](NodeId, Message&& m) {
+  Transport client(base, 4, *c5, opts, [&](NodeId, Message&& m) {
     // Every reply is answered at once with the next request, as a closed-loop client does.
     client_ptr->send(Send{0, request_from(5, std::get<Reply>(m).request_id + 100, 4)});
   });
   client_ptr = &client;
   REQUIRE(client.connect(0, k.config.replicas[0]).empty());
-  REQUIRE(run_until(base.get(), [&] { return server.stats().hellos_received == 1; }, 5000));
+  REQUIRE(run_until(base, [&] { return server.stats().hellos_received == 1; }, 5000));
   const std::uint64_t writes_before = client.stats().direct_writes;
   // Three replies in one write of the server: one read at the client.
   server.cork();
   for (std::uint64_t rid = 1; rid <= 3; ++rid) server.send(Send{5, reply_for(5, rid)});
   server.uncork();
-  REQUIRE(run_until(base.get(), [&] { return at_server.size() == 3; }, 5000));
+  REQUIRE(run_until(base, [&] { return at_server.size() == 3; }, 5000));
   CHECK(client.stats().direct_writes - writes_before == 1);
   CHECK(client.stats().corked_frames == 2);
   for (std::size_t i = 0; i < 3; ++i) CHECK(std::get<Request>(at_server[i].second).request_id == 101 + i);
