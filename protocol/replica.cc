@@ -828,7 +828,8 @@ void Replica::Impl::forget_request(NodeId client, std::uint64_t request_id) {
 }
 
 // `pending` from the log: the requests of the batches this primary ordered in its view and has not executed.
-// Nothing on a backup or during a view change (install_new_view fills it for the new primary).
+// Nothing on a backup or during a view change. Called when the new primary installs its view and after a state
+// transfer, where execution jumps past batches the primary never executed itself.
 void Replica::Impl::rebuild_pending() {
   pending.clear();
   if (in_view_change || primary_of(view) != self) return;
@@ -2548,14 +2549,11 @@ void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& d
     // The new primary continues after the last re-proposed seq.
     next_seq = std::max({h, hs, decision.max_seq(), last_committed}) + 1;
     next_seq_floor = next_seq;
-    pending.clear();
     for (const NewViewChoice& c : decision.choices) {
-      if (c.seq <= last_executed) continue;
-      const Entry* e = find(c.seq);
-      if (e == nullptr || !e->batch) continue;
-      last_timestamp_ns = std::max(last_timestamp_ns, e->batch->timestamp_ns);
-      for (const Request& r : e->batch->requests) pending.insert({r.client, r.request_id});
+      const Entry* e = c.seq > last_executed ? find(c.seq) : nullptr;
+      if (e != nullptr && e->batch) last_timestamp_ns = std::max(last_timestamp_ns, e->batch->timestamp_ns);
     }
+    rebuild_pending();  // the re-proposed batches (and any committed one) are ordered by us now
     tickets.clear();
     for (const auto& [c, reqs] : queue) {
       for (std::size_t i = 0; i < reqs.size(); i++) tickets.push_back(c);

@@ -76,6 +76,12 @@ struct Server {
   Transport transport{base.get(), 4, *crypto, TransportOptions{},
                       [this](NodeId from, Message&& m) { received.emplace_back(from, std::move(m)); }};
   Server() { REQUIRE(transport.listen(k.config.replicas[0]).empty()); }
+  // Connects a client transport with send_hello and waits until its hello has bound the connection here.
+  void connect(Transport& client) {
+    const std::uint64_t hellos = transport.stats().hellos_received;
+    REQUIRE(client.connect(0, k.config.replicas[0]).empty());
+    REQUIRE(run_until(base.get(), [&] { return transport.stats().hellos_received == hellos + 1; }, 5000));
+  }
 };
 
 }  // namespace
@@ -197,23 +203,19 @@ TEST_CASE("transport: an outgoing connection comes back after the peer restarts"
 TEST_CASE("transport: a frame far over libevent's 4 KiB read arrives whole, read in few system calls",
           "[runtime][transport]") {
   Server srv;
-  Keys& k = srv.k;
-  event_base* base = srv.base.get();
-  Transport& server = srv.transport;
-  auto c5 = k.crypto(5);
+  auto c5 = srv.k.crypto(5);
   std::vector<Message> at_client;
   TransportOptions hello;
   hello.send_hello = true;
-  Transport client(base, 4, *c5, hello, [&](NodeId, Message&& m) { at_client.push_back(std::move(m)); });
-  REQUIRE(client.connect(0, k.config.replicas[0]).empty());
-  REQUIRE(run_until(base, [&] { return server.stats().hellos_received == 1; }, 5000));
+  Transport client(srv.base.get(), 4, *c5, hello, [&](NodeId, Message&& m) { at_client.push_back(std::move(m)); });
+  srv.connect(client);
 
   Reply big = reply_for(5, 1, 1u << 20);
   for (std::size_t i = 0; i < big.result.size(); ++i) big.result[i] = static_cast<std::uint8_t>(i * 31 + 7);
   big.result_digest = digest_of(big.result);
-  server.send(Send{5, big});
-  server.send(Send{5, reply_for(5, 2)});
-  REQUIRE(run_until(base, [&] { return at_client.size() == 2; }, 10000));
+  srv.transport.send(Send{5, big});
+  srv.transport.send(Send{5, reply_for(5, 2)});
+  REQUIRE(run_until(srv.base.get(), [&] { return at_client.size() == 2; }, 10000));
   const Reply& got = std::get<Reply>(at_client[0]);
   CHECK(got.request_id == 1);
   CHECK(got.result == big.result);
@@ -227,53 +229,45 @@ TEST_CASE("transport: a frame far over libevent's 4 KiB read arrives whole, read
 
 TEST_CASE("transport: a frame that arrives in pieces, then the peer's close, are both seen", "[runtime][transport]") {
   Server srv;
-  Keys& k = srv.k;
-  event_base* base = srv.base.get();
-  Transport& server = srv.transport;
-  auto& at_server = srv.received;
-  auto c6 = k.crypto(6);
-  const int fd = raw_connect(k);
+  auto c6 = srv.k.crypto(6);
+  const int fd = raw_connect(srv.k);
   Request q = request_from(6, 1, 4);
   q.op = Bytes(20000, 3);  // a 20 KB request: a partial first piece, then more than libevent's 4 KiB at once
   const Bytes frame = encode_frame(q, 6, 0, *c6);
   const std::size_t first = 4096 + 100;
   REQUIRE(::write(fd, frame.data(), first) == static_cast<ssize_t>(first));
-  run_until(base, [] { return false; }, 30);
-  CHECK(at_server.empty());
+  run_until(srv.base.get(), [] { return false; }, 30);
+  CHECK(srv.received.empty());
   REQUIRE(::write(fd, frame.data() + first, frame.size() - first) == static_cast<ssize_t>(frame.size() - first));
   ::close(fd);
-  REQUIRE(run_until(base, [&] { return at_server.size() == 1 && server.stats().connections_closed == 1; },
-                    5000));
-  CHECK(at_server[0].first == 6);
-  CHECK(std::get<Request>(at_server[0].second).op == q.op);
+  REQUIRE(run_until(
+      srv.base.get(), [&] { return srv.received.size() == 1 && srv.transport.stats().connections_closed == 1; },
+      5000));
+  CHECK(srv.received[0].first == 6);
+  CHECK(std::get<Request>(srv.received[0].second).op == q.op);
 }
 
 TEST_CASE("transport: with cork_reads, what the callbacks of one read send leaves in one write",
           "[runtime][transport]") {
   Server srv;
-  Keys& k = srv.k;
-  event_base* base = srv.base.get();
-  Transport& server = srv.transport;
-  auto& at_server = srv.received;
-  auto c5 = k.crypto(5);
+  auto c5 = srv.k.crypto(5);
   TransportOptions opts;
   opts.send_hello = true;
   opts.cork_reads = true;
   Transport* client_ptr = nullptr;
-  Transport client(base, 4, *c5, opts, [&](NodeId, Message&& m) {
+  Transport client(srv.base.get(), 4, *c5, opts, [&](NodeId, Message&& m) {
     // Every reply is answered at once with the next request, as a closed-loop client does.
     client_ptr->send(Send{0, request_from(5, std::get<Reply>(m).request_id + 100, 4)});
   });
   client_ptr = &client;
-  REQUIRE(client.connect(0, k.config.replicas[0]).empty());
-  REQUIRE(run_until(base, [&] { return server.stats().hellos_received == 1; }, 5000));
+  srv.connect(client);
   const std::uint64_t writes_before = client.stats().direct_writes;
   // Three replies in one write of the server: one read at the client.
-  server.cork();
-  for (std::uint64_t rid = 1; rid <= 3; ++rid) server.send(Send{5, reply_for(5, rid)});
-  server.uncork();
-  REQUIRE(run_until(base, [&] { return at_server.size() == 3; }, 5000));
+  srv.transport.cork();
+  for (std::uint64_t rid = 1; rid <= 3; ++rid) srv.transport.send(Send{5, reply_for(5, rid)});
+  srv.transport.uncork();
+  REQUIRE(run_until(srv.base.get(), [&] { return srv.received.size() == 3; }, 5000));
   CHECK(client.stats().direct_writes - writes_before == 1);
   CHECK(client.stats().corked_frames == 2);
-  for (std::size_t i = 0; i < 3; ++i) CHECK(std::get<Request>(at_server[i].second).request_id == 101 + i);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(std::get<Request>(srv.received[i].second).request_id == 101 + i);
 }
