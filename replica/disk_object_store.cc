@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <unordered_map>
 
 #include "common/assert.h"
@@ -402,7 +403,20 @@ struct DiskObjectStore::Impl {
     if (::fdatasync(data_fd.get()) != 0) die("cannot fdatasync", data_path);
     append_to_index(records);
     if (::fdatasync(index_fd.get()) != 0) die("cannot fdatasync", index_path);
-    if (has_checkpoint) versions.rbegin()->second.frozen = std::move(frozen);
+    BFT_ASSERT(!has_checkpoint || seq >= latest_seq);
+    if (has_checkpoint && seq == latest_seq) {
+      // An install at the latest checkpoint's own seq replaces it (protocol/service.h). What it held for the
+      // partitions changing now is also the content of the older versions that did not change them since: it
+      // goes to the version before it (its own frozen copies, of changes made after it, win).
+      auto replaced = versions.find(seq);
+      BFT_ASSERT(replaced != versions.end());
+      if (replaced != versions.begin()) {
+        auto& older = std::prev(replaced)->second.frozen;
+        for (auto& [p, c] : frozen) older.emplace(p, std::move(c));
+      }
+    } else if (has_checkpoint) {
+      versions.rbegin()->second.frozen = std::move(frozen);
+    }
     frozen.clear();
     dirty.clear();
     versions.insert_or_assign(seq, Version{std::move(next), {}});
@@ -821,7 +835,7 @@ void DiskObjectStore::stage_partition(std::uint64_t p, std::vector<std::pair<Obj
 CheckpointId DiskObjectStore::finish_install(std::uint64_t seq) {
   Impl& m = *impl_;
   BFT_ASSERT(m.staged.has_value());
-  BFT_ASSERT(seq > m.latest_seq);
+  BFT_ASSERT(seq >= m.latest_seq);  // equal: it replaces the latest checkpoint (protocol/service.h)
   // Undo every change since the latest checkpoint (the install's base), then put the fetched partitions over it.
   for (auto& [p, c] : m.frozen) m.set_content(p, c);
   m.frozen.clear();

@@ -125,7 +125,7 @@ void MemoryCheckpointedStore::stage_partition(std::uint64_t p, std::vector<std::
 CheckpointId MemoryCheckpointedStore::finish_install(std::uint64_t seq) {
   Impl& m = *impl_;
   BFT_ASSERT(m.staged.has_value());
-  BFT_ASSERT(seq > m.keeper->latest().seq);
+  BFT_ASSERT(seq >= m.keeper->latest().seq);  // equal: it replaces the latest checkpoint (protocol/service.h)
   // Back to the base (latest) for every partition changed since it, then the fetched partitions over it.
   const std::set<std::uint64_t> reverted = m.objects.dirty();
   for (std::uint64_t p : reverted) {
