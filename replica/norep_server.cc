@@ -217,6 +217,7 @@ struct NorepServer::Impl {
         .add("ignored", ignored)
         .add("flushes", flushes)
         .add("wal_syncs", wal ? wal->stats().syncs : 0)
+        .add("wal_direct_writes", wal ? wal->stats().direct_writes : 0)
         .add("updated_unix_ms", realtime_ns() / 1000000)
         .add("net", net);
     if (std::string err = write_file_atomically(status_path, o.str() + "\n"); !err.empty()) {

@@ -487,6 +487,7 @@ struct ReplicaRuntime::Impl {
     log.add("wal_records", ws.records_appended)
         .add("wal_bytes", ws.bytes_appended)
         .add("wal_syncs", ws.syncs)
+        .add("wal_direct_writes", ws.direct_writes)
         .add("wal_sync_us_avg", ws.syncs == 0 ? 0.0 : static_cast<double>(ws.sync_ns_total) / 1e3 / static_cast<double>(ws.syncs))
         .add("wal_sync_us_max", static_cast<double>(ws.sync_ns_max) / 1e3)
         .add("wal_syncs_past_prealloc", ws.syncs_past_prealloc)

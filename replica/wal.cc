@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -34,6 +35,13 @@ constexpr char kNextSegmentName[] = "next.prealloc.tmp";
 
 // The most zeros one maintain() step writes, whatever the pace asks for.
 constexpr std::uint64_t kPreallocStepBytesMax = 256 << 10;
+
+// write_group() keeps its aligned staging buffer for groups up to this size; a larger group (a bulk file write)
+// gets a buffer of its own that is freed after the write, so one burst does not pin megabytes for good.
+constexpr std::size_t kDirectBufKeepBytes = 1 << 20;
+
+std::size_t align_down(std::size_t v) { return v - v % kWalDirectAlign; }
+std::size_t align_up(std::size_t v) { return align_down(v + kWalDirectAlign - 1); }
 
 // Zeros for preallocation and for clearing a torn tail: written from here in pieces of this size.
 constexpr std::size_t kZeroBlockBytes = 64 << 10;
@@ -250,6 +258,80 @@ void Wal::write_durable(int fd, const std::uint8_t* data, std::size_t size, std:
   if (durable && ::fdatasync(fd) != 0) die("fdatasync of", dir_);
 }
 
+void Wal::FreeDeleter::operator()(std::uint8_t* p) const { std::free(p); }
+
+// Opens the direct descriptor of the active segment at `path` (see "Direct I/O" in wal.h), or leaves it
+// invalid: without fsync, when switched off, or when this file system refuses O_DIRECT (then for good).
+void Wal::open_direct(const std::string& path) {
+  direct_fd_.reset();
+  if (!options_.fsync || !options_.direct_io || !direct_ok_) return;
+  direct_fd_.reset(::open(path.c_str(), O_WRONLY | O_DIRECT | O_DSYNC | O_CLOEXEC));
+  if (!direct_fd_.valid()) {
+    direct_ok_ = false;
+    LOG_INFO("", "wal %s: no direct I/O here (%s); durable writes use pwritev2(RWF_DSYNC)", dir_.c_str(),
+             std::strerror(errno));
+  }
+}
+
+// Keeps tail_ (see wal.h) true when `written` goes to the active segment at active_bytes_; call it just before
+// active_bytes_ moves past those bytes.
+void Wal::extend_tail(std::span<const std::uint8_t> written) {
+  BFT_ASSERT(tail_.size() == active_bytes_ % kWalDirectAlign);
+  const std::uint64_t end = active_bytes_ + written.size();
+  const std::uint64_t block = end - end % kWalDirectAlign;
+  if (block <= active_bytes_) {
+    tail_.insert(tail_.end(), written.begin(), written.end());  // the end stays in the same block
+  } else {
+    tail_.assign(written.end() - static_cast<std::ptrdiff_t>(end - block), written.end());
+  }
+  BFT_ASSERT(tail_.size() == end % kWalDirectAlign);
+}
+
+// The group, repeated from the block boundary before it (g.head) and padded with zeros to the next one, in one
+// O_DIRECT | O_DSYNC write. Returns false, having written nothing, when the kernel refuses the direct write
+// (EINVAL: an alignment this file system does not accept); direct I/O is then off for good. Other errors abort,
+// as in write_durable().
+bool Wal::write_direct(const Group& g) {
+  BFT_ASSERT(g.head.size() < kWalDirectAlign);
+  BFT_ASSERT(g.offset % kWalDirectAlign == g.head.size());
+  const std::size_t used = g.head.size() + g.bytes.size();
+  const std::size_t len = align_up(used);
+  std::unique_ptr<std::uint8_t[], FreeDeleter> own;
+  std::uint8_t* buf = nullptr;
+  auto allocate = [&](std::size_t bytes) {
+    void* p = std::aligned_alloc(kWalDirectAlign, bytes);
+    if (p == nullptr) {
+      errno = ENOMEM;
+      die("allocating a direct-write buffer for", dir_);
+    }
+    return std::unique_ptr<std::uint8_t[], FreeDeleter>(static_cast<std::uint8_t*>(p));
+  };
+  if (len > kDirectBufKeepBytes) {
+    own = allocate(len);
+    buf = own.get();
+  } else {
+    if (direct_buf_bytes_ < len) {
+      const std::size_t want = std::min(kDirectBufKeepBytes, std::max(len, 2 * direct_buf_bytes_));
+      direct_buf_ = allocate(want);
+      direct_buf_bytes_ = want;
+    }
+    buf = direct_buf_.get();
+  }
+  if (!g.head.empty()) std::memcpy(buf, g.head.data(), g.head.size());
+  std::memcpy(buf + g.head.size(), g.bytes.data(), g.bytes.size());
+  std::memset(buf + used, 0, len - used);
+  const int err = pwrite_all(g.direct_fd, buf, len, g.offset - g.head.size(), 0);
+  if (err == 0) return true;
+  if (err != EINVAL) {
+    errno = err;
+    die("durable direct write to", dir_);
+  }
+  direct_ok_ = false;
+  LOG_WARN("", "wal %s: a direct write was refused (EINVAL); durable writes use pwritev2(RWF_DSYNC) from now on",
+           dir_.c_str());
+  return false;
+}
+
 void Wal::append(const PersistRecord& record) {
   Bytes payload = encode_record(record);
   BFT_ASSERT(!payload.empty());
@@ -336,6 +418,11 @@ Wal::Group Wal::begin_group() {
   g.bytes = std::move(buffer_);
   buffer_.clear();  // the next append() starts the next group (kGroupStart)
   if (active_bytes_ + g.bytes.size() > active_capacity_) ++stats_.syncs_past_prealloc;
+  if (direct_fd_.valid() && direct_ok_) {
+    g.direct_fd = direct_fd_.get();
+    g.head = tail_;
+  }
+  extend_tail(g.bytes);
   // The group's place is reserved now: the next group goes after it, whenever this one completes.
   active_bytes_ += g.bytes.size();
   bytes_since_base_ += g.bytes.size();
@@ -345,7 +432,8 @@ Wal::Group Wal::begin_group() {
 void Wal::write_group(Group& g) {
   BFT_ASSERT(g.fd >= 0);
   const std::uint64_t t0 = now_ns();
-  write_durable(g.fd, g.bytes.data(), g.bytes.size(), g.offset, g.durable);
+  g.wrote_direct = g.direct_fd >= 0 && g.durable && direct_ok_ && write_direct(g);
+  if (!g.wrote_direct) write_durable(g.fd, g.bytes.data(), g.bytes.size(), g.offset, g.durable);
   g.write_ns = now_ns() - t0;
 }
 
@@ -354,6 +442,7 @@ void Wal::complete_group(const Group& g) {
   BFT_ASSERT(g.offset + g.bytes.size() <= active_bytes_);
   in_flight_ = false;
   ++stats_.syncs;
+  if (g.wrote_direct) ++stats_.direct_writes;
   stats_.sync_ns_total += g.write_ns;
   stats_.sync_ns_max = std::max(stats_.sync_ns_max, g.write_ns);
   synced_since_step_ += g.bytes.size();
@@ -454,8 +543,10 @@ void Wal::install_next(std::uint64_t index, bool base) {
   if (::rename(from.c_str(), to.c_str()) != 0) die("renaming to", to);
   fsync_or_die(dir_fd_.get(), "wal directory " + dir_);
   fd_ = std::move(next_fd_);
+  open_direct(to);
   active_index_ = index;
   active_bytes_ = out.size();
+  tail_.assign(out.begin() + static_cast<std::ptrdiff_t>(align_down(out.size())), out.end());
   active_capacity_ = next_zeroed_bytes_;
   if (base) {
     bytes_since_base_ = out.size();
@@ -583,6 +674,7 @@ std::string Wal::open(const std::string& dir, const WalOptions& options, std::un
   std::uint64_t last_size = 0;
   std::uint64_t last_salt = 0;
   int last_version = 0;
+  Bytes last_tail;  // its bytes from the block boundary at or below last_end up to last_end (Wal::tail_)
   for (auto it = segments.begin(); it != segments.end(); ++it) {
     const std::uint64_t index = it->first;
     const bool is_last = std::next(it) == segments.end();
@@ -685,6 +777,8 @@ std::string Wal::open(const std::string& dir, const WalOptions& options, std::un
     wal->bytes_since_base_ += off;
     last_complete = sealed || version == 1;
     last_end = off;
+    last_tail.assign(data.begin() + static_cast<std::ptrdiff_t>(align_down(off)),
+                     data.begin() + static_cast<std::ptrdiff_t>(off));
     torn_end = torn;
     last_size = data.size();
     last_salt = salt;
@@ -717,6 +811,8 @@ std::string Wal::open(const std::string& dir, const WalOptions& options, std::un
       wal->active_bytes_ = last_end;
       wal->active_capacity_ = last_size;
       wal->salt_ = last_salt;
+      wal->tail_ = std::move(last_tail);
+      wal->open_direct(path);
     }
   }
   // A stable record replayed may make compaction due at the first maintain().

@@ -60,6 +60,20 @@
 // kWalFirstSegmentBytes. A last segment shorter than a header (a creation by an older bftfs that was
 // interrupted) held no records: open() removes it.
 //
+// Direct I/O (the cost of a durable write on a virtual disk): a group is written through a second descriptor of
+// the active segment opened with O_DIRECT | O_DSYNC, not through the page cache with RWF_DSYNC. The bytes on
+// disk are the same; what changes is the path: no page-cache copy and no writeback of dirty pages before the
+// cache flush. Measured here (four writers at once, as four replicas, 4 KiB overwrites of preallocated
+// blocks): p50 306-405 us against 415-574 us, and 61-74 us of CPU per write against 101-118 us. O_DIRECT needs
+// offset, length and memory aligned to the device's blocks (kWalDirectAlign covers 512-byte and 4 KiB ones),
+// so a group is written from the start of the block that holds the end of the data before it (the log keeps
+// that partial block's bytes in memory, `tail_`) up to the next block boundary (zeros after the group, which
+// is what the preallocated space holds anyway). Rewriting that partial block is what the page cache did
+// too: a buffered write at an unaligned offset writes back the whole page. Where the file system refuses
+// O_DIRECT (tmpfs: EINVAL at open) or a direct write fails with EINVAL, the log says so once and goes on with
+// RWF_DSYNC. Every other write (zeros, segment headers, compacted bases, seals, a torn tail's zeros) stays
+// buffered: they are rare, and the kernel keeps the page cache coherent with direct writes.
+//
 // Compaction: when a StableRecord was appended and the log since the last base has grown past
 // compact_bytes_min, the next roll-over (which maintain() then does as soon as the next segment is ready)
 // makes the new segment a .base: its first group holds, in their original order, only what recovery still
@@ -71,6 +85,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -87,6 +102,8 @@ inline constexpr std::size_t kWalSealBytes = kWalRecordHeaderBytes + 8;
 // A segment that open() has to create is preallocated at once up to this size (so a first start pays a few
 // milliseconds, not a whole segment); the segments after it are preallocated to segment_bytes_max by maintain().
 inline constexpr std::uint64_t kWalFirstSegmentBytes = 1ull << 20;
+// Alignment of direct group writes: offset, length and buffer (see "Direct I/O" above).
+inline constexpr std::size_t kWalDirectAlign = 4096;
 
 struct WalOptions {
   bool fsync = true;                              // false only for benchmarks that say "not durable"
@@ -95,12 +112,16 @@ struct WalOptions {
   // segment is mostly used before compaction replaces it (the rest of its preallocation is discarded).
   std::uint64_t compact_bytes_min = 12ull << 20;
   std::uint64_t prealloc_chunk_bytes = 64ull << 10;  // zeros written per maintain() step, at least
+  // Durable groups through O_DIRECT | O_DSYNC where the file system allows it (see "Direct I/O" above); false
+  // writes them with pwritev2(RWF_DSYNC). Only with fsync.
+  bool direct_io = true;
 };
 
 struct WalStats {
   std::uint64_t records_appended = 0;
   std::uint64_t bytes_appended = 0;
   std::uint64_t syncs = 0;  // groups made durable (one pwritev2 each)
+  std::uint64_t direct_writes = 0;  // of those, written through O_DIRECT | O_DSYNC
   std::uint64_t sync_ns_total = 0;
   std::uint64_t sync_ns_max = 0;
   std::uint64_t syncs_past_prealloc = 0;  // groups that (partly) appended beyond the preallocated space
@@ -139,7 +160,13 @@ class Wal {
     Bytes bytes;
     std::uint64_t offset = 0;
     bool durable = true;
+    // Direct write: the descriptor (O_DIRECT | O_DSYNC), and the bytes of the segment from the block boundary
+    // at or below `offset` up to `offset` (what the write must repeat). -1 when the group goes through
+    // write_durable().
+    int direct_fd = -1;
+    Bytes head;
     std::uint64_t write_ns = 0;  // set by write_group()
+    bool wrote_direct = false;   // set by write_group()
   };
   // Takes everything buffered as one group (dirty() must be true and no group may be in flight). Until
   // complete_group() the log has a group in flight: append() is allowed, sync() and begin_group() are not, and
@@ -185,6 +212,9 @@ class Wal {
   void install_next(std::uint64_t index, bool base);
   void roll();
   void write_durable(int fd, const std::uint8_t* data, std::size_t size, std::uint64_t offset, bool durable);
+  bool write_direct(const Group& g);
+  void open_direct(const std::string& path);
+  void extend_tail(std::span<const std::uint8_t> written);
   void frame_into(Bytes& out, std::span<const std::uint8_t> payload, std::uint32_t flags) const;
   bool compaction_due() const;
 
@@ -212,6 +242,19 @@ class Wal {
   bool in_flight_ = false;                 // a group is between begin_group() and complete_group()
   // pwritev2(RWF_DSYNC) works here (else write + fdatasync); atomic because write_group() may run elsewhere.
   std::atomic<bool> rwf_dsync_{true};
+  // Direct I/O (see above). direct_fd_ is the active segment opened with O_DIRECT | O_DSYNC (invalid when not
+  // in use); direct_ok_ turns false for good when the file system refuses (atomic: write_group() may find out
+  // on the sync thread). tail_ holds the bytes of the active segment from the block boundary at or below
+  // active_bytes_ up to active_bytes_ (always kept, so that direct I/O can start at any segment).
+  UniqueFd direct_fd_;
+  std::atomic<bool> direct_ok_{true};
+  Bytes tail_;
+  // write_group()'s aligned staging buffer; only write_group() touches it, and one group is in flight at most.
+  struct FreeDeleter {
+    void operator()(std::uint8_t* p) const;
+  };
+  std::unique_ptr<std::uint8_t[], FreeDeleter> direct_buf_;
+  std::size_t direct_buf_bytes_ = 0;
   WalStats stats_;
 };
 
