@@ -63,8 +63,9 @@
 // Direct I/O (the cost of a durable write on a virtual disk): a group is written through a second descriptor of
 // the active segment opened with O_DIRECT | O_DSYNC, not through the page cache with RWF_DSYNC. The bytes on
 // disk are the same; what changes is the path: no page-cache copy and no writeback of dirty pages before the
-// cache flush. Measured here (four writers at once, as four replicas, 4 KiB overwrites of preallocated
-// blocks): p50 306-405 us against 415-574 us, and 61-74 us of CPU per write against 101-118 us. O_DIRECT needs
+// cache flush. Measured here (`make bench-fsync-floor`, four writers at once as four replicas, 4 KiB
+// overwrites of preallocated blocks, four runs): p50 311-420 us against 345-482 us, and 68-85 us of CPU per
+// write against 83-101 us; most of the gain is CPU, which the four replicas share. O_DIRECT needs
 // offset, length and memory aligned to the device's blocks (kWalDirectAlign covers 512-byte and 4 KiB ones),
 // so a group is written from the start of the block that holds the end of the data before it (the log keeps
 // that partial block's bytes in memory, `tail_`) up to the next block boundary (zeros after the group, which
