@@ -288,9 +288,9 @@ void Wal::extend_tail(std::span<const std::uint8_t> written) {
 }
 
 // The group, repeated from the block boundary before it (g.head) and padded with zeros to the next one, in one
-// O_DIRECT | O_DSYNC write. Returns false, having written nothing, when the kernel refuses the direct write
-// (EINVAL: an alignment this file system does not accept); direct I/O is then off for good. Other errors abort,
-// as in write_durable().
+// O_DIRECT | O_DSYNC write. Returns false when the kernel refuses the direct write (EINVAL: an alignment this
+// file system does not accept); direct I/O is then off for good, and the caller writes the whole group through
+// write_durable(), over whatever part of it did reach the file. Other errors abort, as in write_durable().
 bool Wal::write_direct(const Group& g) {
   BFT_ASSERT(g.head.size() < kWalDirectAlign);
   BFT_ASSERT(g.offset % kWalDirectAlign == g.head.size());

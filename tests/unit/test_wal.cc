@@ -29,11 +29,10 @@ namespace {
 
 struct TempDir {
   std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/bftfs-wal-XXXXXX";
-    char* p = mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
+  explicit TempDir(const std::string& base = "/tmp") {
+    std::string tmpl = base + "/bftfs-wal-XXXXXX";
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
   }
   ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
   std::string wal() const { return path + "/wal"; }
@@ -933,29 +932,22 @@ TEST_CASE("wal: without O_DIRECT (switched off, or tmpfs) durable groups use RWF
   const bool off = GENERATE(false, true);
   struct stat st{};
   if (off || ::stat(base.c_str(), &st) != 0 || accepts_o_direct(base)) base = "/tmp";
-  char tmpl[64];
-  std::snprintf(tmpl, sizeof tmpl, "%s/bftfs-wal-XXXXXX", base.c_str());
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl;
-  struct Cleanup {
-    std::string d;
-    ~Cleanup() { std::system(("rm -rf '" + d + "'").c_str()); }
-  } cleanup{dir};
+  TempDir t(base);
   WalOptions o = segments_of(4ull << 20);
-  o.direct_io = base == "/dev/shm" ? true : false;  // on tmpfs, on: the fallback is what is tested
-  INFO(dir << (o.direct_io ? " (O_DIRECT refused)" : " (direct_io off)"));
+  o.direct_io = base == "/dev/shm";  // on tmpfs it stays on: the fallback is what is tested
+  INFO(t.path << (o.direct_io ? " (O_DIRECT refused)" : " (direct_io off)"));
   std::vector<PersistRecord> all;
   std::uint64_t seq = 0;
   for (int cycle = 0; cycle < 2; ++cycle) {
     std::vector<PersistRecord> recs;
-    auto w = open_ok(dir + "/wal", recs, o);
+    auto w = open_ok(t.wal(), recs, o);
     CHECK(encoded(recs) == encoded(all));
     append_groups_of_every_shape(*w, all, seq);
     CHECK(w->stats().direct_writes == 0);
     CHECK(w->stats().syncs >= 9);
   }
   std::vector<PersistRecord> recs;
-  auto w = open_ok(dir + "/wal", recs, o);
+  auto w = open_ok(t.wal(), recs, o);
   CHECK(encoded(recs) == encoded(all));
 }
 
