@@ -55,6 +55,7 @@ constexpr std::uint64_t kQueuedBytesMax = 256ull << 20;     // and their operati
 constexpr std::uint64_t kStatusResendBytesMax = 16ull << 20; // batch bytes retransmitted in answer to one STATUS
 constexpr std::uint32_t kStatusBodyIntervals = 4;           // bodies for one stuck position: once per 4 intervals
 constexpr std::uint32_t kStatusHeartbeatIntervals = 10;     // a STATUS at least every 10 status intervals
+constexpr std::uint64_t kQuietPauseSeqs = 128;  // no quiet batches for this many seqs after a timer release
 constexpr std::uint32_t kBatchHoldTicksMax = 2;             // a batch hold ends at the latest on its 2nd tick
 
 int popcount(std::uint64_t v) { return std::popcount(v); }
@@ -120,6 +121,12 @@ struct Entry {
   bool executed_early = false;
   bool vote_replies_sent = false;
 
+  // Quiet primary (go_quiet): this replica, as primary of `view`, reached prepared without persisting its
+  // PreparedRecord, sending its COMMIT or sending tentative votes; `p` is set but not durable. Until released
+  // (release_quiet) its replies for the batch are not votes. Cleared with the view state.
+  bool quiet = false;
+  std::uint64_t quiet_tick = 0;  // when it went quiet (the release timer)
+
   std::uint64_t prepare_senders = 0;  // replicas that sent any PREPARE in `view` (one vote each)
   std::uint64_t commit_senders = 0;
   std::vector<VoteSet> votes;  // at most one set per digest, at most n sets
@@ -170,6 +177,7 @@ enum class ReplyKind : std::uint8_t {
   kCommitted,    // the batch committed (TOCS §2.4)
   kTentative,    // executed after prepared, before commit (TOCS §5.1.2): one of 2f+1 votes
   kSpeculative,  // PBFT-CS early reply of the primary: a prediction, never a vote (NSDI'09 §3.1)
+  kQuiet,        // a quiet primary's execution of a prepared batch (go_quiet): the result, never a vote
 };
 
 std::uint8_t reply_flags(ReplyKind k) {
@@ -179,7 +187,8 @@ std::uint8_t reply_flags(ReplyKind k) {
     case ReplyKind::kTentative:
       return kReplyTentative;
     case ReplyKind::kSpeculative:
-      return kReplySpeculative;
+    case ReplyKind::kQuiet:
+      return kReplySpeculative;  // the client keeps the result and counts no vote (Client::on_reply)
   }
   return 0;
 }
@@ -272,6 +281,8 @@ struct Replica::Impl {
   // when the first of them was deferred.
   std::vector<Commit> deferred_commits;
   std::uint64_t commits_deferred_tick = 0;
+  // Quiet primary: no batch below this seq goes quiet (set when a quiet batch had to be released by the timer).
+  std::uint64_t quiet_resume_seq = 0;
   std::uint64_t vc_timer_ticks_left = 0;                // 0: not running
   std::uint32_t vc_backoff = 0;                         // view changes since the last progress
 
@@ -414,6 +425,10 @@ struct Replica::Impl {
   std::uint32_t fetch_retry_after(std::uint32_t attempts);
   bool record_vote(Entry& e, NodeId from, const Digest& d, bool commit);
   void check_prepared(Entry& e);
+  bool may_go_quiet(const Entry& e) const;
+  void release_quiet(Entry& e, bool send_votes);
+  void release_quiet_on_timer();
+  void persist_quiet_claims();
   void check_committed(Entry& e);
 
   // ---- execution and checkpoints ----
@@ -423,6 +438,7 @@ struct Replica::Impl {
                        ReplyKind kind);
   void send_reply(const Request& r, std::uint64_t reply_view, ReplyKind kind, const Bytes& result);
   void send_vote_replies(Entry& e, ReplyKind kind);
+  void send_batch_replies(const Entry& e, ReplyKind kind);
   void commit_next();
   void on_commit_progress();
   void rollback_to(std::uint64_t s);
@@ -541,6 +557,7 @@ void Replica::Impl::reset_view_state(Entry& e, std::uint64_t v, bool keep_digest
   e.sent_prepare = false;
   e.prepared = false;
   e.sent_commit = false;
+  e.quiet = false;
   e.old_commit_senders = 0;
   e.old_commits.clear();
   if (e.fetching) {
@@ -851,8 +868,13 @@ void Replica::Impl::send_cached_reply(NodeId client, std::uint64_t request_id) {
   if (cr->seq > last_committed) {
     // Executed but not committed: a tentative vote if this replica prepared that batch (in any view: the
     // execution survived the view change only if the new view re-proposed the same digest), otherwise an
-    // early execution by the primary (PBFT-CS), which is only a prediction.
-    const Entry* e = find(cr->seq);
+    // early execution by the primary (PBFT-CS), which is only a prediction. A client asking again for a quiet
+    // batch may lack the backups' votes: we make ours (release_quiet), and its vote leaves behind the record.
+    Entry* e = find(cr->seq);
+    if (e != nullptr && e->quiet && !in_view_change) {
+      release_quiet(*e, true);
+      return;
+    }
     const bool prepared = e != nullptr && e->has_digest && e->p && e->p->digest == e->digest;
     rep.flags |= prepared ? kReplyTentative : kReplySpeculative;
   }
@@ -1446,6 +1468,7 @@ void Replica::Impl::learn_committed(Entry& e, std::uint64_t v, const Digest& d) 
     e.batch.reset();
     e.pre_prepared = false;
     e.prepared = false;
+    e.quiet = false;
   }
   if (e.view != v) {
     BFT_ASSERT(v < view);
@@ -1457,6 +1480,7 @@ void Replica::Impl::learn_committed(Entry& e, std::uint64_t v, const Digest& d) 
     e.sent_commit = false;
     e.pre_prepared = false;  // a PrePrepareRecord of view v is written if the body is attached below
     e.prepared = false;
+    e.quiet = false;
   }
   e.has_digest = true;
   e.digest = d;
@@ -1480,6 +1504,13 @@ void Replica::Impl::check_prepared(Entry& e) {
   if (vs == nullptr || popcount(vs->prepares) < static_cast<int>(2 * opt.f)) return;
   e.prepared = true;
   e.p = PreparedClaim{e.seq, e.digest, e.view};
+  if (may_go_quiet(e)) {
+    e.quiet = true;
+    e.quiet_tick = ticks;
+    stats.quiet_batches++;
+    check_committed(e);
+    return;
+  }
   persist(PreparedRecord{e.view, e.seq, e.digest});  // backs the COMMIT below and P in a view change
   e.sent_commit = true;
   record_vote(e, self, e.digest, true);
@@ -1490,6 +1521,77 @@ void Replica::Impl::check_prepared(Entry& e) {
     send_vote_replies(e, ReplyKind::kTentative);
   }
   check_committed(e);
+}
+
+// Quiet primary. The client needs 2f+1 matching tentative votes (or f+1 committed ones) and a batch commits on
+// 2f+1 COMMITs, each backed by a synced PreparedRecord (effects.h); n = 3f+1 replicas have 3f >= 2f+1 backups,
+// so while the backups answer, the primary's own record, COMMIT and votes are never needed, and its durable
+// write per batch (one of the four on the disk the replicas share here, measured at ~90 us of CPU each) is
+// saved. A quiet primary sends its result as a reply flagged speculative (kQuiet): the client keeps the bytes
+// for the certificate's digest but counts no vote (Client::on_reply), so the primary stays the designated
+// replier and the backups send digests. Safety is untouched: every promise the primary does send is still
+// backed by a durable record; withholding one is always allowed. `p` is set in memory, and start_view_change
+// persists it before any VIEW-CHANGE claims it. Liveness: a batch goes quiet only when 2f+1 backups sent their
+// PREPARE for it or for the batch before it (they answer); one that has not committed quiet_release_ticks later
+// is released (release_quiet_on_timer), and so is one a client asks for again (send_cached_reply). After a
+// release by the timer nothing goes quiet for the next kQuietPauseSeqs seqs, so a backup that prepares but
+// withholds its COMMIT costs one timeout, not one per batch. Not at a checkpoint seq (execution past it waits for
+// its commit, and the primary's COMMIT there leaves at once, see defer_commit).
+bool Replica::Impl::may_go_quiet(const Entry& e) const {
+  if (!opt.quiet_primary || !is_primary() || e.view != view || e.seq < quiet_resume_seq) return false;
+  if (e.seq % opt.checkpoint_interval == 0) return false;
+  const int backups_needed = static_cast<int>(2 * opt.f + 1);
+  if (popcount(e.prepare_senders) >= backups_needed) return true;
+  const Entry* prev = e.seq > h + 1 ? find(e.seq - 1) : nullptr;
+  return prev != nullptr && prev->view == view && popcount(prev->prepare_senders) >= backups_needed;
+}
+
+// Makes the promises a quiet batch withheld: the PreparedRecord, our COMMIT and (send_votes) our votes for the
+// requests we executed in it, which wait for the record like any vote.
+void Replica::Impl::release_quiet(Entry& e, bool send_votes) {
+  BFT_ASSERT(e.quiet && e.prepared && !e.sent_commit && e.p);
+  BFT_ASSERT(e.view == view && !in_view_change);
+  e.quiet = false;
+  stats.quiet_releases++;
+  persist(PreparedRecord{e.view, e.seq, e.digest});
+  e.sent_commit = true;
+  record_vote(e, self, e.digest, true);
+  flush_commits();  // in seq order
+  broadcast(Commit{e.view, e.seq, e.digest});
+  if (send_votes && e.seq <= last_executed) {
+    const ReplyKind kind = e.seq <= last_committed ? ReplyKind::kCommitted : ReplyKind::kTentative;
+    if (e.executed_early) {
+      if (!e.vote_replies_sent) send_vote_replies(e, kind);
+    } else {
+      send_batch_replies(e, kind);
+    }
+  }
+  check_committed(e);
+}
+
+// Leaving the view: every P a later VIEW-CHANGE of ours claims must be durable before it leaves (it does wait
+// for the log), so a quiet batch's claim gets its record now; nothing else is owed for a view we leave.
+void Replica::Impl::persist_quiet_claims() {
+  for (Entry& e : ring) {
+    if (e.seq == 0 || !e.quiet) continue;
+    BFT_ASSERT(e.p && e.prepared);
+    persist(PreparedRecord{e.view, e.seq, e.digest});
+    e.quiet = false;
+  }
+}
+
+void Replica::Impl::release_quiet_on_timer() {
+  if (!opt.quiet_primary || !is_primary()) return;
+  const std::uint64_t hi = std::min(max_ordered_seq, h + opt.log_window);
+  for (std::uint64_t s = last_committed + 1; s <= hi; s++) {
+    Entry* e = find(s);
+    if (e == nullptr || !e->quiet || e->committed || ticks - e->quiet_tick < opt.quiet_release_ticks) continue;
+    quiet_resume_seq = std::max(quiet_resume_seq, max_ordered_seq + kQuietPauseSeqs);
+    LOG_INFO(ctx(), "quiet batch s%llu not committed after %llu ticks: released; quiet again from s%llu",
+             static_cast<unsigned long long>(s), static_cast<unsigned long long>(ticks - e->quiet_tick),
+             static_cast<unsigned long long>(quiet_resume_seq));
+    release_quiet(*e, true);
+  }
 }
 
 // Piggybacked commits. With tentative execution the client accepts 2f+1 PREPARED replies, so the commit round is
@@ -1584,7 +1686,7 @@ void Replica::Impl::run_execution() {
     const std::uint64_t boundary = ((s - 1) / opt.checkpoint_interval) * opt.checkpoint_interval;
     if (boundary > last_committed || replaying) return;
     if (opt.tentative_execution && (e->prepared || e->committed)) {
-      execute_batch(*e, ReplyKind::kTentative);
+      execute_batch(*e, e->quiet && !e->committed ? ReplyKind::kQuiet : ReplyKind::kTentative);
       continue;
     }
     // PBFT-CS: a primary executes what it pre-prepared at once (batches its NEW-VIEW re-proposed; its own
@@ -1606,7 +1708,8 @@ void Replica::Impl::commit_next() {
   // An early execution that never sent its tentative vote (tentative execution off, or committed by
   // certificate before it prepared here) owes the client its committed reply (NSDI'09 §3.1: the primary's
   // early reply is only a prediction).
-  if (e->executed_early && !e->vote_replies_sent) send_vote_replies(*e, ReplyKind::kCommitted);
+  // A quiet batch owes nothing: it committed on the backups' votes, which the clients have.
+  if (e->executed_early && !e->vote_replies_sent && !e->quiet) send_vote_replies(*e, ReplyKind::kCommitted);
   last_committed = s;
   service.commit_through(s);
   clients.commit_through(s);
@@ -1681,6 +1784,8 @@ void Replica::Impl::send_reply(const Request& r, std::uint64_t reply_view, Reply
   if (r.replier == self || r.replier == kReplierAll) {
     rep.flags |= kReplyHasResult;
     rep.result = result;
+  } else if (kind == ReplyKind::kQuiet) {
+    return;  // neither a vote nor the result: it would tell the client nothing
   }
   if (kind == ReplyKind::kSpeculative) stats.early_replies++;
   send(r.client, std::move(rep));
@@ -1695,6 +1800,14 @@ void Replica::Impl::send_vote_replies(Entry& e, ReplyKind kind) {
   BFT_ASSERT(e.seq <= last_executed);
   BFT_ASSERT(kind != ReplyKind::kSpeculative);
   e.vote_replies_sent = true;
+  send_batch_replies(e, kind);
+}
+
+// Our reply for every request that executed in batch `e` (a request skipped as a duplicate was answered, or will
+// be, from the execution that counted).
+void Replica::Impl::send_batch_replies(const Entry& e, ReplyKind kind) {
+  BFT_ASSERT(e.batch != nullptr);
+  BFT_ASSERT(e.seq <= last_executed);
   if (replaying) return;
   for (const Request& r : e.batch->requests) {
     if (r.client < opt.n || r.request_id == 0) continue;
@@ -2275,6 +2388,7 @@ void Replica::Impl::start_view_change(std::uint64_t new_view) {
   BFT_ASSERT(new_view > view);
   LOG_INFO(ctx(), "view change to v%llu", static_cast<unsigned long long>(new_view));
   flush_commits();       // votes of the view we leave, sent before our VIEW-CHANGE
+  persist_quiet_claims();
   discard_open_batch();  // never sent: nothing of it may survive into the next view
   reset_batch_hold();
   view = new_view;
@@ -2463,6 +2577,7 @@ void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& d
   // primary its open batch was never sent and goes now, before the rollback decision below.
   discard_open_batch();
   flush_commits();  // deferred in normal operation of the view we leave (none when we changed views ourselves)
+  persist_quiet_claims();
   reset_batch_hold();
   view = v;
   in_view_change = false;
@@ -2576,6 +2691,7 @@ void Replica::Impl::on_tick() {
   // The hold's bound when the driver does not end it sooner: the second tick after it began.
   if (batch_held && ++hold_ticks >= kBatchHoldTicksMax) end_batch_hold();
   if (!deferred_commits.empty() && ticks > commits_deferred_tick) flush_commits();  // no PRE-PREPARE came along
+  release_quiet_on_timer();
   check_service_damage();  // damage found outside execution (serving a fetch of a corrupt partition)
   if (vc_timer_ticks_left > 0 && --vc_timer_ticks_left == 0) on_view_change_timeout();
   if (--status_ticks_left == 0) on_status_timeout();
@@ -2921,6 +3037,8 @@ void Replica::Impl::check_invariants() const {
     BFT_ASSERT(!e.p || e.p->seq == e.seq);
     BFT_ASSERT(!e.executed_early || (e.seq <= last_executed && e.seq > last_committed) || e.committed);
     BFT_ASSERT(!e.vote_replies_sent || e.executed_early);
+    BFT_ASSERT(!e.quiet || (opt.quiet_primary && e.prepared && e.p && !e.sent_commit && e.view == view &&
+                            primary_of(view) == self && !in_view_change));
     if (open_batch) BFT_ASSERT(e.seq != open_batch->seq || !e.has_digest);
     for (std::size_t a = 0; a < e.votes.size(); a++) {
       BFT_ASSERT((e.votes[a].prepares & ~e.prepare_senders) == 0);

@@ -163,6 +163,7 @@ int cluster_start(int argc, char** argv) {
   p.flag("no-piggyback-commits", "replicas send each COMMIT at once (for measuring the piggybacking)");
   p.flag("no-batch-hold", "the primary does not wait for the clients it just answered before the next batch "
          "(for measuring the batch hold)");
+  p.flag("no-quiet-primary", "the primary persists, COMMITs and votes for every batch (for measuring the quiet primary)");
   p.flag("shim", "replicas run the service behind the PBFT-CS shim");
   p.flag("early-replies", "PBFT-CS: the primary sends early speculative replies");
   p.option("corrupt-early-replies", "FRACTION", "fault injection: the primary corrupts this fraction of early replies",
@@ -262,6 +263,7 @@ int cluster_start(int argc, char** argv) {
       if (p.has("no-fsync")) args.push_back("--no-fsync");
       if (p.has("no-piggyback-commits")) args.push_back("--no-piggyback-commits");
       if (p.has("no-batch-hold")) args.push_back("--no-batch-hold");
+      if (p.has("no-quiet-primary")) args.push_back("--no-quiet-primary");
       // The relay speaks PBFT-CS, whose requests only the shim understands.
       if (p.has("shim") || relay) args.push_back("--shim");
       if (p.has("early-replies")) args.push_back("--early-replies");

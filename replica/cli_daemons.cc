@@ -24,6 +24,7 @@ int cmd_replica(int argc, char** argv) {
   p.flag("no-piggyback-commits", "send each COMMIT at once instead of with the next PRE-PREPARE/PREPARE");
   p.flag("no-batch-hold", "as primary, send the next batch as soon as the window opens instead of waiting briefly "
          "for the clients just answered");
+  p.flag("no-quiet-primary", "as primary, persist, COMMIT and vote for every batch even while all backups answer");
   p.flag("no-fsync", "do not fdatasync the log (NOT durable; for measuring what fsync costs)");
   p.flag("check-invariants", "check the core's invariants after every step (slow)");
   p.flag("shim", "run the service behind the PBFT-CS shim (predicated requests of speculating clients)");
@@ -45,6 +46,7 @@ int cmd_replica(int argc, char** argv) {
   if (p.has("no-batching")) o.core.batch_window = 0;
   o.core.piggyback_commits = !p.has("no-piggyback-commits");
   o.core.batch_hold = !p.has("no-batch-hold");
+  o.core.quiet_primary = !p.has("no-quiet-primary");
   o.wal.fsync = !p.has("no-fsync");
   o.check_invariants = p.has("check-invariants");
   o.shim = p.has("shim");

@@ -453,6 +453,8 @@ struct ReplicaRuntime::Impl {
         .add("service_damaged", st.service_damaged)
         .add("rollbacks", st.rollbacks)
         .add("early_replies", st.early_replies)
+        .add("quiet_batches", st.quiet_batches)
+        .add("quiet_releases", st.quiet_releases)
         .add("open_batches_discarded", st.open_batches_discarded)
         .add("rejected_bad_authenticator", st.rejected_bad_authenticator)
         .add("rejected_bad_signature", st.rejected_bad_signature)

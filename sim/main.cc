@@ -65,6 +65,8 @@ struct Totals {
   std::uint64_t seeds_with_partition = 0;
   std::uint64_t seeds_with_read_only = 0;
   std::uint64_t seeds_with_batch_hold = 0;
+  std::uint64_t seeds_with_quiet = 0;
+  std::uint64_t seeds_with_quiet_release = 0;
   // PBFT-CS: what the scenarios chose, and the marks of what ran.
   std::uint64_t seeds_early = 0;
   std::uint64_t seeds_shim = 0;
@@ -100,6 +102,8 @@ struct Totals {
     seeds_with_partition += s.partitions > 0 ? 1 : 0;
     seeds_with_read_only += s.read_completions > 0 ? 1 : 0;
     seeds_with_batch_hold += s.batch_holds > 0 ? 1 : 0;
+    seeds_with_quiet += s.quiet_batches > 0 ? 1 : 0;
+    seeds_with_quiet_release += s.quiet_releases > 0 ? 1 : 0;
     seeds_early += s.cs_early_replies;
     seeds_shim += s.cs_shim;
     seeds_lying += s.cs_lying_primary;
@@ -297,7 +301,7 @@ int main(int argc, char** argv) {
   }
   print_stats(totals.sum, "  ");
   std::printf("  coverage (seeds where it ran): view change %llu, state transfer %llu, rollback %llu, crash %llu, "
-              "crash between persist and send %llu, all-crash %llu, byzantine %llu, partition %llu, read-only %llu, batch hold %llu\n",
+              "crash between persist and send %llu, all-crash %llu, byzantine %llu, partition %llu, read-only %llu, batch hold %llu, quiet primary %llu (released %llu)\n",
               static_cast<unsigned long long>(totals.seeds_with_view_change),
               static_cast<unsigned long long>(totals.seeds_with_state_transfer),
               static_cast<unsigned long long>(totals.seeds_with_rollback),
@@ -307,7 +311,9 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(totals.seeds_with_byzantine),
               static_cast<unsigned long long>(totals.seeds_with_partition),
               static_cast<unsigned long long>(totals.seeds_with_read_only),
-              static_cast<unsigned long long>(totals.seeds_with_batch_hold));
+              static_cast<unsigned long long>(totals.seeds_with_batch_hold),
+              static_cast<unsigned long long>(totals.seeds_with_quiet),
+              static_cast<unsigned long long>(totals.seeds_with_quiet_release));
   auto ull = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   std::printf("  PBFT-CS seeds: early replies %llu, shim with speculating clients %llu, lying primary %llu (it lied in "
               "%llu), all of them %llu (with lies %llu)\n",

@@ -113,7 +113,7 @@ struct Scenario {
     }
     return fmt("mode=%s f=%u n=%u clients=%u%s service=%s byz=[%s] crash=%uppm net=delay%u-%u loss=%uppm "
                "dup=%uppm partition=%uppm slow=%uppm K=%llu L=%llu batch=%u/%u tentative=%d vc_timeout=%u "
-               "status=%u digests=%d early=%d piggyback=%d hold=%d%s",
+               "status=%u digests=%d early=%d piggyback=%d hold=%d quiet=%d/%u%s",
                to_string(mode), f, n, clients, pipelining_client ? "+pipelining" : "",
                counter ? "counter" : "null", byz.c_str(), crash_ppm, net.delay_min_ticks, net.delay_max_ticks,
                net.loss_ppm, net.duplicate_ppm, partition_ppm, slow_ppm, ull(replica.checkpoint_interval),
@@ -121,7 +121,7 @@ struct Scenario {
                replica.tentative_execution ? 1 : 0, replica.view_change_timeout_ticks,
                replica.status_interval_ticks, client.use_reply_digests ? 1 : 0,
                replica.early_replies ? 1 : 0, replica.piggyback_commits ? 1 : 0, replica.batch_hold ? 1 : 0,
-               describe_cs().c_str());
+               replica.quiet_primary ? 1 : 0, replica.quiet_release_ticks, describe_cs().c_str());
   }
 
   std::string describe_cs() const {
@@ -225,6 +225,13 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   ro.piggyback_commits = Prng(mix(c.seed, 0x9166BAC4)).chance(3, 4);
   // The batch hold likewise (added in session 7).
   ro.batch_hold = Prng(mix(c.seed, 0xB47C4401)).chance(3, 4);
+  {
+    // The quiet primary likewise (added in session 10), with release timers from eager to patient.
+    Prng qp(mix(c.seed, 0x0A1E7B07));
+    ro.quiet_primary = qp.chance(3, 4);
+    const std::uint32_t release_ticks[] = {2, 12, 60};
+    ro.quiet_release_ticks = release_ticks[qp.below(3)];
+  }
   {
     // PBFT-CS options come from their own stream so that adding them left every older seed's scenario as it was
     // (the regression seeds in regression-seeds.txt keep replaying what they found). Every value is drawn
@@ -480,6 +487,8 @@ void add_stats(ReplicaStats& into, const ReplicaStats& s) {
   into.state_transfer_bytes += s.state_transfer_bytes;
   into.rollbacks += s.rollbacks;
   into.early_replies += s.early_replies;
+  into.quiet_batches += s.quiet_batches;
+  into.quiet_releases += s.quiet_releases;
   into.open_batches_discarded += s.open_batches_discarded;
   into.requests_deferred_order += s.requests_deferred_order;
   into.rejected_bad_authenticator += s.rejected_bad_authenticator;
@@ -1451,6 +1460,8 @@ void Simulation::collect_stats() {
   stats_.state_transfers = total.state_transfers;
   stats_.replica_rollbacks = total.rollbacks;
   stats_.early_replies_sent = total.early_replies;
+  stats_.quiet_batches = total.quiet_batches;
+  stats_.quiet_releases = total.quiet_releases;
   stats_.open_batches_discarded = total.open_batches_discarded;
   stats_.requests_deferred_order = total.requests_deferred_order;
   stats_.replica_rejected = total.rejected_bad_authenticator + total.rejected_bad_signature +

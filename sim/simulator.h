@@ -76,6 +76,8 @@ struct SimStats {
   std::uint64_t state_transfers = 0;
   std::uint64_t replica_rollbacks = 0;
   std::uint64_t batch_holds = 0;  // ticks at which a primary held a batch back for returning clients
+  std::uint64_t quiet_batches = 0;   // batches a primary prepared without its own promises (quiet primary)
+  std::uint64_t quiet_releases = 0;  // ... whose promises it made later (release timer, retransmission)
   std::uint64_t service_rollbacks = 0;  // rollbacks that undid at least one execution (RecordingService)
   std::uint64_t crashes = 0;
   std::uint64_t crashes_between_persist_and_send = 0;

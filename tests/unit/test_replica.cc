@@ -165,12 +165,17 @@ class Cluster {
   void send_all(const Request& req) {
     for (NodeId i = 0; i < n; i++) send(req, i);
   }
-  // The client's acceptance rule (protocol/client.h): f+1 matching non-tentative replies, or 2f+1 matching.
+  // The client's acceptance rule (protocol/client.h): f+1 matching non-tentative replies, or 2f+1 matching. A
+  // speculative reply (an early or quiet primary's) gives the result but is no vote.
   std::optional<Bytes> accepted(NodeId client, std::uint64_t id) {
     std::map<Digest, std::map<NodeId, bool>> tentative_by_digest;
     std::map<Digest, Bytes> full;
     for (const auto& [from, rep] : inbox[client]) {
       if (rep.request_id != id) continue;
+      if ((rep.flags & kReplySpeculative) != 0) {
+        if ((rep.flags & kReplyHasResult) != 0) full[rep.result_digest] = rep.result;
+        continue;
+      }
       const bool weak = (rep.flags & (kReplyTentative | kReplyReadOnly)) != 0;
       auto& senders = tentative_by_digest[rep.result_digest];
       auto it = senders.find(from);
@@ -252,6 +257,8 @@ ReplicaOptions small_options() {
   o.piggyback_commits = false;
   // Likewise each batch leaves as soon as the window allows (the batch hold has its own tests, "batch hold: ...").
   o.batch_hold = false;
+  // And the primary votes like every replica (the quiet primary has its own tests, "quiet primary: ...").
+  o.quiet_primary = false;
   return o;
 }
 
@@ -1297,4 +1304,156 @@ TEST_CASE("batch hold: a view change forgets the clients waited for", "[replica]
     CHECK_FALSE(c.r(i).batch_held());
   }
   require_agreement(c, {1, 2, 3});
+}
+
+// ---- quiet primary (Replica::Impl::may_go_quiet) ----
+
+namespace {
+ReplicaOptions quiet_options() {
+  ReplicaOptions o = small_options();
+  o.quiet_primary = true;
+  o.quiet_release_ticks = 12;
+  o.checkpoint_interval = 16;  // no checkpoint seq in these short runs (a checkpoint seq never goes quiet)
+  o.log_window = 32;
+  return o;
+}
+
+std::size_t count_prepared_records(const std::vector<PersistRecord>& wal, std::uint64_t seq) {
+  std::size_t count = 0;
+  for (const PersistRecord& r : wal) {
+    if (const auto* p = std::get_if<PreparedRecord>(&r); p != nullptr && p->seq == seq) count++;
+  }
+  return count;
+}
+
+bool commit_from(const Envelope& e, NodeId from, std::uint64_t seq) {
+  const auto* c = std::get_if<Commit>(&e.message);
+  return c != nullptr && e.from == from && c->seq == seq;
+}
+}  // namespace
+
+TEST_CASE("quiet primary: a batch costs the primary no record, COMMIT or vote, and still commits everywhere",
+          "[replica][quiet]") {
+  LogQuiet quiet;
+  Cluster c(quiet_options());
+  const NodeId client = c.client_ids[0];
+  // Seq 1: nothing tells the primary yet that all its backups answer (it prepares on the second PREPARE).
+  CHECK(c.do_increment(client).value == 1);
+  CHECK(c.r(0).stats().quiet_batches == 0);
+  CHECK(count_prepared_records(c.wal[0], 1) == 1);
+  // Seq 2: all three backups prepared seq 1, so the primary stays quiet.
+  c.delivered.clear();
+  const Request req = c.increment(client);
+  c.send(req, 0);
+  c.run();  // no tick: the backups' votes and COMMITs make both certificates
+  REQUIRE(c.accepted(client, req.request_id));
+  CHECK(c.await(client, req.request_id).value == 2);
+  CHECK(c.r(0).stats().quiet_batches == 1);
+  CHECK(c.r(0).stats().quiet_releases == 0);
+  CHECK(count_prepared_records(c.wal[0], 2) == 0);
+  for (NodeId i = 1; i < 4; i++) CHECK(count_prepared_records(c.wal[i], 2) == 1);
+  CHECK(c.count_delivered([](const Envelope& e) { return commit_from(e, 0, 2); }) == 0);
+  for (NodeId i = 1; i < 4; i++) CHECK(c.count_delivered([&](const Envelope& e) { return commit_from(e, i, 2); }) == 3);
+  // The primary's reply carries the result and is flagged as no vote; every backup's is a tentative vote.
+  for (const auto& [from, rep] : c.inbox[client]) {
+    if (rep.request_id != req.request_id) continue;
+    if (from == 0) {
+      CHECK((rep.flags & kReplySpeculative) != 0);
+      CHECK((rep.flags & kReplyTentative) == 0);
+      CHECK((rep.flags & kReplyHasResult) != 0);
+    } else {
+      CHECK((rep.flags & kReplyTentative) != 0);
+    }
+  }
+  for (NodeId i = 0; i < 4; i++) CHECK(c.r(i).last_committed() == 2);
+  require_agreement(c, {0, 1, 2, 3});
+  CHECK(quiet.new_errors() == 0);
+}
+
+TEST_CASE("quiet primary: with a backup silent, the release timer makes the primary's promises, then it votes",
+          "[replica][quiet]") {
+  LogQuiet quiet;
+  Cluster c(quiet_options());
+  const NodeId client = c.client_ids[0];
+  c.do_increment(client);
+  // Replica 3 goes silent after seq 1: the primary, going by seq 1, keeps seq 2 quiet, and only two votes and
+  // two COMMITs come from the backups.
+  c.drop = [](const Envelope& e) { return e.from == 3 || e.to == 3; };
+  const Request req = c.increment(client);
+  c.send(req, 0);
+  c.run();
+  CHECK(c.r(0).stats().quiet_batches == 1);
+  CHECK_FALSE(c.accepted(client, req.request_id));
+  CHECK(c.r(0).last_committed() == 1);
+  c.tick(c.opt.quiet_release_ticks - 1);
+  CHECK_FALSE(c.accepted(client, req.request_id));
+  CHECK(count_prepared_records(c.wal[0], 2) == 0);
+  c.tick(1);
+  CHECK(c.r(0).stats().quiet_releases == 1);
+  CHECK(count_prepared_records(c.wal[0], 2) == 1);
+  REQUIRE(c.accepted(client, req.request_id));
+  CHECK(c.await(client, req.request_id).value == 2);
+  for (NodeId i = 0; i < 3; i++) CHECK(c.r(i).last_committed() == 2);
+  // Nothing goes quiet for a while: the next request completes without waiting for a timer.
+  const Request next = c.increment(client);
+  c.send(next, 0);
+  c.run();
+  REQUIRE(c.accepted(client, next.request_id));
+  CHECK(c.r(0).stats().quiet_batches == 1);
+  CHECK(count_prepared_records(c.wal[0], 3) == 1);
+  require_agreement(c, {0, 1, 2});
+  CHECK(quiet.new_errors() == 0);
+}
+
+TEST_CASE("quiet primary: a client asking again gets the primary's vote at once", "[replica][quiet]") {
+  LogQuiet quiet;
+  Cluster c(quiet_options());
+  const NodeId client = c.client_ids[0];
+  c.do_increment(client);
+  c.drop = [](const Envelope& e) { return e.from == 3 || e.to == 3; };
+  const Request req = c.increment(client);
+  c.send(req, 0);
+  c.run();
+  CHECK_FALSE(c.accepted(client, req.request_id));
+  c.send_all(req);  // the client's retransmission
+  c.run();          // no tick
+  REQUIRE(c.accepted(client, req.request_id));
+  CHECK(c.r(0).stats().quiet_releases == 1);
+  CHECK(count_prepared_records(c.wal[0], 2) == 1);
+  CHECK(c.await(client, req.request_id).value == 2);
+  CHECK(quiet.new_errors() == 0);
+}
+
+TEST_CASE("quiet primary: its VIEW-CHANGE claims a quiet batch only after the batch's record", "[replica][quiet]") {
+  LogQuiet quiet;
+  Cluster c(quiet_options());
+  const NodeId client = c.client_ids[0];
+  c.do_increment(client);
+  c.do_increment(client);
+  REQUIRE(c.r(0).stats().quiet_batches == 1);
+  REQUIRE(count_prepared_records(c.wal[0], 2) == 0);
+  // Replicas 1 and 2 time out on a request the primary never sees; the primary joins their view change.
+  c.drop = [](const Envelope& e) { return e.from == 0 && !is<ViewChange>(e) && !is<Status>(e); };
+  const Request req = c.increment(client);
+  c.send(req, 1);
+  c.send(req, 2);
+  REQUIRE(c.tick_until([&] { return c.r(0).view() == 1; }));
+  std::size_t prepared_at = SIZE_MAX, view_at = SIZE_MAX;
+  for (std::size_t k = 0; k < c.wal[0].size(); k++) {
+    if (const auto* p = std::get_if<PreparedRecord>(&c.wal[0][k]); p && p->seq == 2 && p->view == 0) prepared_at = k;
+    if (const auto* v = std::get_if<ViewRecord>(&c.wal[0][k]); v && v->view == 1) view_at = std::min(view_at, k);
+  }
+  REQUIRE(prepared_at != SIZE_MAX);
+  CHECK(prepared_at < view_at);
+  bool claimed = false;
+  for (const Envelope& e : c.delivered) {
+    const auto* vc = std::get_if<ViewChange>(&e.message);
+    if (vc == nullptr || e.from != 0) continue;
+    for (const PreparedClaim& p : vc->prepared) claimed = claimed || (p.seq == 2 && p.view == 0);
+  }
+  CHECK(claimed);
+  c.drop = nullptr;
+  REQUIRE(c.tick_until([&] { return c.r(0).last_committed() == 3 && !c.r(0).in_view_change(); }));
+  require_agreement(c, {0, 1, 2, 3});
+  CHECK(quiet.new_errors() == 0);
 }
