@@ -62,6 +62,11 @@ struct Client::Impl {
   std::int64_t rttvar8 = 0;  // its mean deviation, eighths of a tick
   std::uint64_t view = 0;
   NodeId read_only_replier = 0;  // rotates so that no one replica serves every full read-only result
+  // The designated replier of ordered requests is the backup (primary + ordered_replier_offset) % n, never the
+  // primary: a quiet primary (ReplicaOptions::quiet_primary) sends no vote, and with a backup as the replier it
+  // need not send anything, which saves it a send and the client a wake-up per request. A retransmission moves
+  // the choice to the next backup, so a silent or lying replier costs one timeout, not one per request.
+  std::uint32_t ordered_replier_offset = 1;
   // Replicas that failed the last read-only request that failed (silent, or in the minority): left out of the
   // following ones (read_only_targets).
   std::uint64_t read_only_suspects = 0;
@@ -150,7 +155,8 @@ struct Client::Impl {
       }
     } else {
       // §2.1: first to the primary only; it relays the request inside its pre-prepare.
-      p.request.replier = opt.use_reply_digests ? primary() : kReplierAll;
+      p.request.replier =
+          opt.use_reply_digests ? static_cast<NodeId>((primary() + ordered_replier_offset) % opt.n) : kReplierAll;
       effects.sends.push_back(Send{primary(), Message{p.request}});
     }
   }
@@ -197,6 +203,7 @@ struct Client::Impl {
   // full result, in case the designated replier is the one that is silent (§5.1.1).
   void retransmit(Pending& p) {
     p.request.replier = kReplierAll;
+    if (!p.read_only) ordered_replier_offset = ordered_replier_offset % (opt.n - 1) + 1;
     effects.sends.push_back(Send{kAllReplicas, Message{p.request}});
     ++stats.retransmissions;
     p.timeout_ticks = std::min(opt.retransmit_ticks_max, p.timeout_ticks * 2);

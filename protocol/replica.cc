@@ -1527,9 +1527,10 @@ void Replica::Impl::check_prepared(Entry& e) {
 // 2f+1 COMMITs, each backed by a synced PreparedRecord (effects.h); n = 3f+1 replicas have 3f >= 2f+1 backups,
 // so while the backups answer, the primary's own record, COMMIT and votes are never needed, and its durable
 // write per batch (one of the four on the disk the replicas share here, measured at ~90 us of CPU each) is
-// saved. A quiet primary sends its result as a reply flagged speculative (kQuiet): the client keeps the bytes
-// for the certificate's digest but counts no vote (Client::on_reply), so the primary stays the designated
-// replier and the backups send digests. Safety is untouched: every promise the primary does send is still
+// saved. Clients designate a backup as the replier of ordered requests (Client::Impl::ordered_replier_offset),
+// so a quiet primary sends nothing; when it is asked for the full result (kReplierAll, a retransmission) its
+// reply is flagged speculative (kQuiet): the client keeps the bytes for the certificate's digest but counts no
+// vote (Client::on_reply). Safety is untouched: every promise the primary does send is still
 // backed by a durable record; withholding one is always allowed. `p` is set in memory, and start_view_change
 // persists it before any VIEW-CHANGE claims it. Liveness: a batch goes quiet only when 2f+1 backups sent their
 // PREPARE for it or for the batch before it (they answer); one that has not committed quiet_release_ticks later
@@ -1780,8 +1781,9 @@ void Replica::Impl::send_reply(const Request& r, std::uint64_t reply_view, Reply
   rep.request_id = r.request_id;
   rep.flags = reply_flags(kind);
   rep.result_digest = digest_of(result);
-  // Reply digests (TOCS §5.1.1): only the designated replier sends the full result.
-  if (r.replier == self || r.replier == kReplierAll) {
+  // Reply digests (TOCS §5.1.1): only the designated replier sends the full result. An early reply always
+  // carries it: a prediction is of no use without the value (NSDI'09 §3.1).
+  if (r.replier == self || r.replier == kReplierAll || kind == ReplyKind::kSpeculative) {
     rep.flags |= kReplyHasResult;
     rep.result = result;
   } else if (kind == ReplyKind::kQuiet) {

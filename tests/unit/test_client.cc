@@ -78,7 +78,7 @@ TEST_CASE("client sends a new request to the primary only, with a valid authenti
   CHECK(r.client == kSelf);
   CHECK(r.request_id == id);
   CHECK_FALSE(r.read_only());
-  CHECK(r.replier == 0);  // reply digests: the primary sends the full result
+  CHECK(r.replier == 1);  // reply digests: a backup (the primary's successor) sends the full result
   CHECK(r.op == Bytes{1, 2, 3});
   REQUIRE(r.authenticator.size() == kN);
   for (NodeId i = 0; i < kN; ++i) {
@@ -215,7 +215,37 @@ TEST_CASE("client learns the view from accepted replies and sends to the new pri
   auto sends = fx.sends();
   REQUIRE(sends.size() == 1);
   CHECK(sends[0].to == 1);  // 5 % 4
-  CHECK(Fixture::request_of(sends[0]).replier == 1);
+  CHECK(Fixture::request_of(sends[0]).replier == 2);  // the new primary's successor
+}
+
+TEST_CASE("client moves the designated replier of ordered requests to the next backup after a retransmission") {
+  ClientOptions o;
+  o.retransmit_ticks = 10;
+  Fixture fx(o);
+  std::vector<NodeId> repliers;
+  for (int round = 0; round < 4; ++round) {
+    const std::uint64_t id = fx.client->submit(Bytes{1});
+    auto sends = fx.sends();
+    REQUIRE(sends.size() == 1);
+    repliers.push_back(Fixture::request_of(sends[0]).replier);
+    // The replier stays silent: the request times out once, then the other replicas answer in full.
+    for (int t = 0; t < 20 && fx.client->stats().retransmissions == static_cast<std::uint64_t>(round); ++t) {
+      fx.client->on_tick();
+    }
+    REQUIRE(fx.client->stats().retransmissions == static_cast<std::uint64_t>(round + 1));
+    fx.sends();
+    for (NodeId r = 0; r < 3; ++r) fx.reply(r, id, kResult, kReplyTentative);
+    REQUIRE(fx.client->take_completions().size() == 1);
+  }
+  // Never the primary (0); every backup in turn, then around again.
+  CHECK(repliers == std::vector<NodeId>{1, 2, 3, 1});
+  // A request answered without a retransmission keeps the choice.
+  const std::uint64_t id = fx.client->submit(Bytes{2});
+  CHECK(Fixture::request_of(fx.sends().at(0)).replier == 2);
+  for (NodeId r = 1; r < 4; ++r) fx.reply(r, id, kResult, kReplyTentative);
+  REQUIRE(fx.client->take_completions().size() == 1);
+  fx.client->submit(Bytes{3});
+  CHECK(Fixture::request_of(fx.sends().at(0)).replier == 2);
 }
 
 TEST_CASE("client replies from different views do not match") {
