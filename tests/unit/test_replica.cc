@@ -1330,6 +1330,20 @@ bool commit_from(const Envelope& e, NodeId from, std::uint64_t seq) {
   const auto* c = std::get_if<Commit>(&e.message);
   return c != nullptr && e.from == from && c->seq == seq;
 }
+
+// Seq 1 completes with every replica; then replica 3 goes silent. The primary, going by seq 1, keeps seq 2
+// quiet, and only two votes and two COMMITs come from the backups: the returned request is not accepted.
+Request quiet_batch_with_a_silent_backup(Cluster& c, NodeId client) {
+  c.do_increment(client);
+  c.drop = [](const Envelope& e) { return e.from == 3 || e.to == 3; };
+  const Request req = c.increment(client);
+  c.send(req, 0);
+  c.run();
+  CHECK(c.r(0).stats().quiet_batches == 1);
+  CHECK_FALSE(c.accepted(client, req.request_id));
+  CHECK(c.r(0).last_committed() == 1);
+  return req;
+}
 }  // namespace
 
 TEST_CASE("quiet primary: a batch costs the primary no record, COMMIT or vote, and still commits everywhere",
@@ -1375,16 +1389,7 @@ TEST_CASE("quiet primary: with a backup silent, the release timer makes the prim
   LogQuiet quiet;
   Cluster c(quiet_options());
   const NodeId client = c.client_ids[0];
-  c.do_increment(client);
-  // Replica 3 goes silent after seq 1: the primary, going by seq 1, keeps seq 2 quiet, and only two votes and
-  // two COMMITs come from the backups.
-  c.drop = [](const Envelope& e) { return e.from == 3 || e.to == 3; };
-  const Request req = c.increment(client);
-  c.send(req, 0);
-  c.run();
-  CHECK(c.r(0).stats().quiet_batches == 1);
-  CHECK_FALSE(c.accepted(client, req.request_id));
-  CHECK(c.r(0).last_committed() == 1);
+  const Request req = quiet_batch_with_a_silent_backup(c, client);
   c.tick(c.opt.quiet_release_ticks - 1);
   CHECK_FALSE(c.accepted(client, req.request_id));
   CHECK(count_prepared_records(c.wal[0], 2) == 0);
@@ -1409,12 +1414,7 @@ TEST_CASE("quiet primary: a client asking again gets the primary's vote at once"
   LogQuiet quiet;
   Cluster c(quiet_options());
   const NodeId client = c.client_ids[0];
-  c.do_increment(client);
-  c.drop = [](const Envelope& e) { return e.from == 3 || e.to == 3; };
-  const Request req = c.increment(client);
-  c.send(req, 0);
-  c.run();
-  CHECK_FALSE(c.accepted(client, req.request_id));
+  const Request req = quiet_batch_with_a_silent_backup(c, client);
   c.send_all(req);  // the client's retransmission
   c.run();          // no tick
   REQUIRE(c.accepted(client, req.request_id));
