@@ -121,7 +121,7 @@ struct Entry {
   bool executed_early = false;
   bool vote_replies_sent = false;
 
-  // Quiet primary (go_quiet): this replica, as primary of `view`, reached prepared without persisting its
+  // Quiet primary (may_go_quiet): this replica, as primary of `view`, reached prepared without persisting its
   // PreparedRecord, sending its COMMIT or sending tentative votes; `p` is set but not durable. Until released
   // (release_quiet) its replies for the batch are not votes. Cleared with the view state.
   bool quiet = false;
@@ -177,7 +177,7 @@ enum class ReplyKind : std::uint8_t {
   kCommitted,    // the batch committed (TOCS §2.4)
   kTentative,    // executed after prepared, before commit (TOCS §5.1.2): one of 2f+1 votes
   kSpeculative,  // PBFT-CS early reply of the primary: a prediction, never a vote (NSDI'09 §3.1)
-  kQuiet,        // a quiet primary's execution of a prepared batch (go_quiet): the result, never a vote
+  kQuiet,        // a quiet primary's execution of a prepared batch (may_go_quiet): the result, never a vote
 };
 
 std::uint8_t reply_flags(ReplyKind k) {
@@ -425,6 +425,7 @@ struct Replica::Impl {
   std::uint32_t fetch_retry_after(std::uint32_t attempts);
   bool record_vote(Entry& e, NodeId from, const Digest& d, bool commit);
   void check_prepared(Entry& e);
+  void promise_prepared(Entry& e);
   bool may_go_quiet(const Entry& e) const;
   void release_quiet(Entry& e, bool send_votes);
   void release_quiet_on_timer();
@@ -1511,10 +1512,7 @@ void Replica::Impl::check_prepared(Entry& e) {
     check_committed(e);
     return;
   }
-  persist(PreparedRecord{e.view, e.seq, e.digest});  // backs the COMMIT below and P in a view change
-  e.sent_commit = true;
-  record_vote(e, self, e.digest, true);
-  defer_commit(e);
+  promise_prepared(e);
   // A batch this primary executed early is now prepared here: its tentative reply is a vote (the record above
   // backs it), sent after the speculative one (NSDI'09 §3.1; TOCS §5.1.2).
   if (e.executed_early && !e.vote_replies_sent && opt.tentative_execution && e.seq <= last_executed) {
@@ -1531,8 +1529,8 @@ void Replica::Impl::check_prepared(Entry& e) {
 // so a quiet primary sends nothing; when it is asked for the full result (kReplierAll, a retransmission) its
 // reply is flagged speculative (kQuiet): the client keeps the bytes for the certificate's digest but counts no
 // vote (Client::on_reply). Safety is untouched: every promise the primary does send is still
-// backed by a durable record; withholding one is always allowed. `p` is set in memory, and start_view_change
-// persists it before any VIEW-CHANGE claims it. Liveness: a batch goes quiet only when 2f+1 backups sent their
+// backed by a durable record; withholding one is always allowed. `p` is set in memory, and persist_quiet_claims
+// makes it durable when the primary leaves the view, before any VIEW-CHANGE of its own can claim it. Liveness: a batch goes quiet only when 2f+1 backups sent their
 // PREPARE for it or for the batch before it (they answer); one that has not committed quiet_release_ticks later
 // is released (release_quiet_on_timer), and so is one a client asks for again (send_cached_reply). After a
 // release by the timer nothing goes quiet for the next kQuietPauseSeqs seqs, so a backup that prepares but
@@ -1547,6 +1545,14 @@ bool Replica::Impl::may_go_quiet(const Entry& e) const {
   return prev != nullptr && prev->view == view && popcount(prev->prepare_senders) >= backups_needed;
 }
 
+// What prepared(e) promises: the PreparedRecord, which backs our COMMIT (and P in a view change), and the COMMIT.
+void Replica::Impl::promise_prepared(Entry& e) {
+  persist(PreparedRecord{e.view, e.seq, e.digest});
+  e.sent_commit = true;
+  record_vote(e, self, e.digest, true);
+  defer_commit(e);
+}
+
 // Makes the promises a quiet batch withheld: the PreparedRecord, our COMMIT and (send_votes) our votes for the
 // requests we executed in it, which wait for the record like any vote.
 void Replica::Impl::release_quiet(Entry& e, bool send_votes) {
@@ -1554,11 +1560,7 @@ void Replica::Impl::release_quiet(Entry& e, bool send_votes) {
   BFT_ASSERT(e.view == view && !in_view_change);
   e.quiet = false;
   stats.quiet_releases++;
-  persist(PreparedRecord{e.view, e.seq, e.digest});
-  e.sent_commit = true;
-  record_vote(e, self, e.digest, true);
-  flush_commits();  // in seq order
-  broadcast(Commit{e.view, e.seq, e.digest});
+  promise_prepared(e);
   if (send_votes && e.seq <= last_executed) {
     const ReplyKind kind = e.seq <= last_committed ? ReplyKind::kCommitted : ReplyKind::kTentative;
     if (e.executed_early) {

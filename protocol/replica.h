@@ -52,10 +52,10 @@ struct ReplicaOptions {
   // PBFT-CS (NSDI'09 §3.1): the primary executes requests on receipt and sends early, speculative replies.
   bool early_replies = false;
   // Quiet primary: while its backups answer, the primary withholds its own promises for a prepared batch (the
-  // synced PreparedRecord, its COMMIT and its tentative votes) and sends its result as a reply that is not a
-  // vote; the 2f+1 backups' COMMITs and votes make both certificates. A batch not committed within
-  // quiet_release_ticks of preparing here is released (record, COMMIT, votes) and the primary stops being quiet
-  // for a while. Saves one durable write per batch (see Replica::Impl::go_quiet).
+  // synced PreparedRecord, its COMMIT and its tentative votes) and sends no vote (its result only when asked for
+  // it, flagged as no vote); the 2f+1 backups' COMMITs and votes make both certificates. A batch not committed
+  // within quiet_release_ticks of preparing here is released (record, COMMIT, votes) and the primary stops being
+  // quiet for a while. Saves one durable write per batch (see Replica::Impl::may_go_quiet).
   bool quiet_primary = true;
   // 50: a round under load can take 10+ ms here (p99 7 ms at 32 clients), and each timer release stops the
   // quiet primary for 128 seqs; a client's retransmission releases a batch sooner when a backup is down.
