@@ -22,7 +22,8 @@ Workloads (--workload):
                 `make deps` caches it) onto the mount, `make -j2 linux` in it (gcc's CPU is not counted), read
                 every file back, remove the tree
 
-Configurations: --config LABEL=BINARY[,extra cluster-start args...], at least one. The binary must be a copy
+Configurations: --config LABEL=BINARY[,extra cluster-start args...], at least one; an argument written
+`client:ARG` goes to the workload's `bftfs counter` instead (PBFT-CS: `,--shim,--early-replies,client:--spec`). The binary must be a copy
 named `bftfs` (daemons are found by their command line), e.g. cp build/replica/bftfs /tmp/ab/new/bftfs.
 Example:
   benchmarks/ab_cpu.py --workload counter-load --rounds 3 \
@@ -62,6 +63,13 @@ def parse_config(text: str) -> tuple[str, Path, list[str]]:
     return label, binary, [p for p in parts[1:] if p]
 
 
+def split_client_args(extra: list[str]) -> tuple[list[str], list[str]]:
+    """`client:ARG` entries of a --config go to the workload's `bftfs counter`; the rest to `cluster start`."""
+    cluster = [a for a in extra if not a.startswith("client:")]
+    client = [a[len("client:"):] for a in extra if a.startswith("client:")]
+    return cluster, client
+
+
 def daemons_cpu_s(pids: list[int]) -> float:
     return sum(process_cpu_s(p) for p in pids)
 
@@ -71,7 +79,7 @@ class Cluster:
                  clients: int = 64) -> None:
         self.binary = binary
         self.clients = clients
-        self.args = args
+        self.args, self.client_args = split_client_args(args)
         self.dir = root / "cluster"
         self.service = service
         self.port = port
@@ -123,15 +131,16 @@ def counter_workload(cl: Cluster, args: argparse.Namespace) -> dict:
     conf = cl.dir / "cluster.conf"
     norep = ["--norep"] if cl.norep else []
     # A short warm-up on another client id: connections, the first log segment, caches.
-    run_cmd([cl.binary, "counter", "--config", conf, "--id", 4, "--requests", 50, "--warmup", 0, "--json", *norep],
+    run_cmd([cl.binary, "counter", "--config", conf, "--id", 4, "--requests", 50, "--warmup", 0, "--json", *norep,
+             *cl.client_args],
             60, "warm-up")
     pids = cl.pids()
     if args.workload == "counter-seq":
         argv = [cl.binary, "counter", "--config", conf, "--id", 5, "--requests", args.requests, "--warmup", 10,
-                "--json", *norep]
+                "--json", *norep, *cl.client_args]
     else:
         argv = [cl.binary, "counter", "--config", conf, "--id", 5, "--clients", args.clients, "--duration-s",
-                args.duration_s, "--warmup-s", 0, "--json", *norep]
+                args.duration_s, "--warmup-s", 0, "--json", *norep, *cl.client_args]
     c0 = daemons_cpu_s(pids)
     k0 = cpu_of_children()
     t0 = time.monotonic()

@@ -102,6 +102,7 @@ Crypto::Crypto(NodeId self, const SecretKeys& secret, const std::map<NodeId, Pub
   auto own = public_keys_.find(self_);
   BFT_ASSERT(own != public_keys_.end());
   const std::uint8_t* own_kx = own->second.kx.data();
+  session_keys_.reserve(public_keys_.size());
   for (const auto& [peer, keys] : public_keys_) {
     if (peer == self_) continue;
     std::uint8_t rx[crypto_kx_SESSIONKEYBYTES];

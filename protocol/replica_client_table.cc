@@ -80,8 +80,25 @@ ClientTable::Freshness ClientTable::classify(NodeId client, std::uint64_t reques
 const CachedReply* ClientTable::cached_reply(NodeId client, std::uint64_t request_id) const {
   auto it = clients_.find(client);
   if (it == clients_.end()) return nullptr;
-  auto r = it->second.replies.find(request_id);
-  return r == it->second.replies.end() ? nullptr : &r->second;
+  const Entry& e = it->second;
+  if (request_id == 0 || request_id > e.hi || e.hi - request_id >= window_) return nullptr;
+  if (((e.mask >> (e.hi - request_id)) & 1u) == 0) return nullptr;
+  const Slot& s = slot(e, request_id);
+  BFT_ASSERT(s.id == request_id);
+  return &s.reply;
+}
+
+template <typename F>
+void ClientTable::for_each_reply(const Entry& e, F&& f) const {
+  // Bit i stands for id hi - i: walk from the highest bit down for increasing ids.
+  for (std::uint64_t m = e.mask; m != 0;) {
+    const auto bit = static_cast<std::uint64_t>(63 - std::countl_zero(m));
+    m &= ~(std::uint64_t{1} << bit);
+    const std::uint64_t id = e.hi - bit;
+    const Slot& s = slot(e, id);
+    BFT_ASSERT(s.id == id);
+    f(id, s);
+  }
 }
 
 std::uint64_t ClientTable::highest_executed(NodeId client) const {
@@ -104,6 +121,7 @@ void ClientTable::record(NodeId client, std::uint64_t request_id, std::uint64_t 
   BFT_ASSERT(undo_.empty() || undo_.rbegin()->first <= seq);
   auto [it, created] = clients_.try_emplace(client);
   Entry& e = it->second;
+  if (created) e.slots.resize(window_);
   Undo undo;
   undo.client = client;
   undo.created = created;
@@ -112,24 +130,30 @@ void ClientTable::record(NodeId client, std::uint64_t request_id, std::uint64_t 
   undo.request_id = request_id;
   if (request_id > e.hi) {
     const std::uint64_t shift = request_id - e.hi;
+    // Replies that fall out of the window go with their ids: they are stale from now on. Their bits are the
+    // ones shifted out at the top (bit i stands for id hi - i); collected in increasing id order.
+    const std::uint64_t leaving = shift >= window_ ? e.mask : e.mask & ~(window_mask() >> shift);
+    for (std::uint64_t m = leaving; m != 0;) {
+      const auto bit = static_cast<std::uint64_t>(63 - std::countl_zero(m));
+      m &= ~(std::uint64_t{1} << bit);
+      const std::uint64_t id = e.hi - bit;
+      Slot& s = slot(e, id);
+      BFT_ASSERT(s.id == id);
+      if (tentative) undo.evicted.emplace_back(id, std::move(s.reply));
+      s = Slot{};
+    }
     e.mask = shift >= 64 ? 0 : (e.mask << shift);
     e.mask = (e.mask | 1u) & window_mask();
     e.hi = request_id;
-    // Replies that fell out of the window go with their ids: they are stale from now on.
-    if (e.hi >= window_) {
-      const std::uint64_t lowest_kept = e.hi - window_ + 1;
-      while (!e.replies.empty() && e.replies.begin()->first < lowest_kept) {
-        auto node = e.replies.extract(e.replies.begin());
-        if (tentative) undo.evicted.emplace_back(node.key(), std::move(node.mapped()));
-      }
-    }
   } else {
     const std::uint64_t bit = e.hi - request_id;
     BFT_ASSERT(bit < window_);
     e.mask |= std::uint64_t{1} << bit;
   }
-  const bool inserted = e.replies.emplace(request_id, CachedReply{seq, std::move(result)}).second;
-  BFT_ASSERT(inserted);
+  Slot& s = slot(e, request_id);
+  BFT_ASSERT(s.id == 0);
+  s.id = request_id;
+  s.reply = CachedReply{seq, std::move(result)};
   if (tentative) undo_[seq].push_back(std::move(undo));
 }
 
@@ -145,13 +169,20 @@ void ClientTable::rollback_to(std::uint64_t seq) {
       auto it = clients_.find(u->client);
       BFT_ASSERT(it != clients_.end());
       Entry& e = it->second;
-      const std::size_t erased = e.replies.erase(u->request_id);
-      BFT_ASSERT(erased == 1);
-      for (auto& [id, reply] : u->evicted) e.replies.emplace(id, std::move(reply));
+      // Empty the new id's slot before the evicted replies go back: one of them may share it.
+      Slot& mine = slot(e, u->request_id);
+      BFT_ASSERT(mine.id == u->request_id);
+      mine = Slot{};
+      for (auto& [id, reply] : u->evicted) {
+        Slot& back = slot(e, id);
+        BFT_ASSERT(back.id == 0);
+        back.id = id;
+        back.reply = std::move(reply);
+      }
       e.hi = u->old_hi;
       e.mask = u->old_mask;
       if (u->created) {
-        BFT_ASSERT(e.replies.empty());
+        BFT_ASSERT(e.mask == 0);
         clients_.erase(it);
       }
     }
@@ -168,7 +199,7 @@ Bytes ClientTable::encode() const {
   std::size_t size = 16;
   for (const auto& [client, e] : clients_) {
     size += 24;
-    for (const auto& [id, r] : e.replies) size += 20 + r.result.size();
+    for_each_reply(e, [&](std::uint64_t, const Slot& s) { size += 20 + s.reply.result.size(); });
   }
   out.reserve(size);
   put_u32(out, kClientTableMagic);
@@ -179,13 +210,13 @@ Bytes ClientTable::encode() const {
     put_u32(out, client);
     put_u64(out, e.hi);
     put_u64(out, e.mask);
-    put_u32(out, static_cast<std::uint32_t>(e.replies.size()));
-    for (const auto& [id, r] : e.replies) {
+    put_u32(out, static_cast<std::uint32_t>(std::popcount(e.mask)));
+    for_each_reply(e, [&](std::uint64_t id, const Slot& s) {
       put_u64(out, id);
-      put_u64(out, r.seq);
-      put_u32(out, static_cast<std::uint32_t>(r.result.size()));
-      out.insert(out.end(), r.result.begin(), r.result.end());
-    }
+      put_u64(out, s.reply.seq);
+      put_u32(out, static_cast<std::uint32_t>(s.reply.result.size()));
+      out.insert(out.end(), s.reply.result.begin(), s.reply.result.end());
+    });
   }
   BFT_ASSERT(out.size() == size);
   return out;
@@ -210,6 +241,7 @@ bool ClientTable::decode(std::span<const std::uint8_t> bytes, std::uint32_t wind
   for (std::uint32_t c = 0; c < count; c++) {
     std::uint32_t client = 0, replies = 0;
     Entry e;
+    e.slots.resize(window);
     if (!r.u32(client)) return false;
     if (!first && client <= previous) return false;
     first = false;
@@ -241,7 +273,9 @@ bool ClientTable::decode(std::span<const std::uint8_t> bytes, std::uint32_t wind
       reply.seq = seq;
       if (!r.bytes(len, reply.result)) return false;
       expected_mask |= std::uint64_t{1} << (e.hi - id);
-      e.replies.emplace(id, std::move(reply));
+      Slot& s = e.slots[id % window];
+      s.id = id;
+      s.reply = std::move(reply);
     }
     if (expected_mask != e.mask) return false;
     table.clients_.emplace(client, std::move(e));
@@ -257,12 +291,17 @@ void ClientTable::check_invariants() const {
     BFT_ASSERT(e.hi > 0);
     BFT_ASSERT((e.mask & 1u) != 0);
     BFT_ASSERT((e.mask & ~wmask) == 0);
-    BFT_ASSERT(static_cast<std::size_t>(std::popcount(e.mask)) == e.replies.size());
-    for (const auto& [id, reply] : e.replies) {
-      BFT_ASSERT(id <= e.hi);
-      BFT_ASSERT(e.hi - id < window_);
-      BFT_ASSERT(((e.mask >> (e.hi - id)) & 1u) != 0);
+    BFT_ASSERT(e.slots.size() == window_);
+    std::size_t filled = 0;
+    for (const Slot& s : e.slots) {
+      if (s.id == 0) continue;
+      filled++;
+      BFT_ASSERT(s.id <= e.hi);
+      BFT_ASSERT(e.hi - s.id < window_);
+      BFT_ASSERT(((e.mask >> (e.hi - s.id)) & 1u) != 0);
+      BFT_ASSERT(&slot(e, s.id) == &s);
     }
+    BFT_ASSERT(static_cast<std::size_t>(std::popcount(e.mask)) == filled);
   }
 }
 

@@ -2,6 +2,10 @@
 // undo, and the canonical encoding that is fetched from peers during state transfer.
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <vector>
+
+#include "common/prng.h"
 #include "protocol/messages.h"
 #include "protocol/replica_client_table.h"
 
@@ -153,4 +157,100 @@ TEST_CASE("client table: a predecessor is done once executed or stale, and a rol
   CHECK_FALSE(t.predecessor_done(10, 2));
   CHECK_FALSE(t.predecessor_done(10, 3));
   t.check_invariants();
+}
+
+// The table keeps its replies in a ring of `window` slots; this checks it, seeded, against the plainest model:
+// per client a map from executed id to (seq, result), everything at or below hi - window dropped, and a full
+// copy of the model per tentative seq for rollback. Windows 1..64, ids that step by 1 (the common case), jump
+// past the window, or fill holes below hi.
+TEST_CASE("client table matches a map model under random records, commits and rollbacks", "[replica][client_table]") {
+  struct Model {
+    struct Client {
+      std::uint64_t hi = 0;
+      std::map<std::uint64_t, CachedReply> replies;
+    };
+    std::map<NodeId, Client> clients;
+  };
+  for (std::uint64_t seed = 1; seed <= 60; seed++) {
+    Prng rng(seed);
+    const std::uint32_t window = seed <= 3 ? static_cast<std::uint32_t>(seed) : static_cast<std::uint32_t>(rng.range(1, 64));
+    ClientTable t(window);
+    Model m;
+    std::map<std::uint64_t, Model> before;  // the model as it was before each tentative seq
+    std::uint64_t seq = 1;
+    std::uint64_t committed = 0;
+    for (int step = 0; step < 600; step++) {
+      const std::uint64_t roll = rng.below(100);
+      if (roll < 6 && seq > committed + 1) {  // roll back to a random point above the committed prefix
+        const std::uint64_t to = rng.range(committed, seq - 1);
+        t.rollback_to(to);
+        auto it = before.upper_bound(to);
+        if (it != before.end()) m = it->second;
+        before.erase(it, before.end());
+        seq = to + 1;
+      } else if (roll < 10) {
+        t.commit_through(seq - 1);
+        committed = seq - 1;
+        before.erase(before.begin(), before.upper_bound(committed));  // records at `seq` stay tentative
+      } else {
+        const bool tentative = rng.chance(3, 4);
+        if (tentative && !before.count(seq)) before.emplace(seq, m);
+        const NodeId client = static_cast<NodeId>(10 + rng.below(3));
+        auto& c = m.clients[client];
+        std::uint64_t id = 0;
+        const std::uint64_t kind = rng.below(10);
+        if (kind < 6 || c.hi == 0) {
+          id = c.hi + 1;
+        } else if (kind < 8) {
+          id = c.hi + 1 + rng.below(2 * window + 2);
+        } else {
+          // A hole below hi that is still inside the window, if there is one.
+          const std::uint64_t low = c.hi >= window ? c.hi - window + 1 : 1;
+          id = rng.range(low, c.hi);
+          if (c.replies.count(id)) id = c.hi + 1;
+        }
+        REQUIRE(t.classify(client, id) == ClientTable::Freshness::kFresh);
+        const Bytes result{static_cast<std::uint8_t>(id), static_cast<std::uint8_t>(seq), 0x5A};
+        t.record(client, id, seq, result, tentative);
+        c.replies[id] = CachedReply{seq, result};
+        c.hi = std::max(c.hi, id);
+        if (c.hi >= window) c.replies.erase(c.replies.begin(), c.replies.lower_bound(c.hi - window + 1));
+        if (!tentative) {
+          // An untentative record may only follow committed ones: keep the model's history consistent.
+          t.commit_through(seq);
+          committed = seq;
+          before.clear();
+        }
+        if (rng.chance(1, 3)) seq++;
+      }
+      t.check_invariants();
+      // Compare every id near each client's window.
+      for (NodeId client = 10; client < 13; client++) {
+        auto it = m.clients.find(client);
+        const std::uint64_t hi = it == m.clients.end() ? 0 : it->second.hi;
+        REQUIRE(t.highest_executed(client) == hi);
+        for (std::uint64_t id = hi > window + 2 ? hi - window - 2 : 1; id <= hi + 2; id++) {
+          const CachedReply* got = t.cached_reply(client, id);
+          const CachedReply* want = nullptr;
+          if (it != m.clients.end()) {
+            auto r = it->second.replies.find(id);
+            if (r != it->second.replies.end()) want = &r->second;
+          }
+          REQUIRE((got == nullptr) == (want == nullptr));
+          if (got != nullptr) {
+            REQUIRE(got->seq == want->seq);
+            REQUIRE(got->result == want->result);
+            REQUIRE(t.classify(client, id) == ClientTable::Freshness::kExecuted);
+          } else if (hi >= window && id <= hi - window) {
+            REQUIRE(t.classify(client, id) == ClientTable::Freshness::kStale);
+          } else {
+            REQUIRE(t.classify(client, id) == ClientTable::Freshness::kFresh);
+          }
+        }
+      }
+      ClientTable copy(window);
+      REQUIRE(ClientTable::decode(t.encode(), window, copy));
+      REQUIRE(copy.encode() == t.encode());
+    }
+  }
 }
