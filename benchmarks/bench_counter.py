@@ -16,7 +16,9 @@ Measurements, each from `bftfs counter --json` (the client times its own request
   closed loop    K clients in one client process (K = 1,2,4,8,16,32; QUICK=1: 1,8,32), each issuing its next
                  increment as soon as the previous one completed, for a fixed duration after a warm-up:
                  throughput in completed increments per second
-Each measurement runs 3 times (QUICK=1: once) and the median is reported, with every sample in the JSON.
+Each measurement runs 3 times (QUICK=1: once) and the median is reported, with every sample in the JSON; the
+rounds interleave the systems (every system once, then again), each started fresh in every round, so that a
+slow spell of the machine hits every system alike.
 
 Every configuration starts from fresh replicas with empty data directories. Output:
   bench-results/counter.json             keys norep, norep_durable, pbft, pbft_nobatch, pbft_nofsync, norep_placement,
@@ -66,9 +68,9 @@ def median_run(runs: list[dict], key: str) -> dict:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def measure_system(cluster: LocalCluster, system: str, p: dict, norep_args: list[str]) -> dict:
-    """Starts `system` fresh, runs the sequential and closed-loop measurements, stops it."""
-    cluster.fresh_data(system)
+def measure_round(cluster: LocalCluster, system: str, p: dict, norep_args: list[str], rnd: int) -> dict:
+    """Starts `system` fresh and runs one round: one sequential run and one closed-loop run per client count."""
+    cluster.fresh_data(f"{system}-round{rnd + 1}")
     norep = system.startswith("norep")
     if norep:
         # norep_durable group-commits its own log (one fdatasync per loop pass, before replying), the same
@@ -80,50 +82,53 @@ def measure_system(cluster: LocalCluster, system: str, p: dict, norep_args: list
         # One short run first so the measured runs do not include the servers' first-connection setup.
         cluster.counter(["--requests", 20, "--warmup", 0], norep=norep, timeout_s=60)
         n = p["sequential_requests"]
-        seqs = []
-        for rep in range(p["repeats"]):
-            seq = cluster.counter(["--requests", n, "--warmup", 10, "--timeout-s", 20], norep=norep,
-                                  timeout_s=120 + n * 0.05)
-            seqs.append(seq)
-            progress(f"{system}: sequential {n} increments: {seq['total_ms']:.1f} ms, p50 {seq['p50_us']:.1f} us, "
-                     f"p99 {seq['p99_us']:.1f} us (round {rep + 1}/{p['repeats']})")
-        seq = median_run(seqs, "total_ms")
-        samples: dict[str, list[dict]] = {str(k): [] for k in p["clients"]}
-        for rep in range(p["repeats"]):
-            for k in p["clients"]:
-                r = cluster.counter(["--clients", k, "--duration-s", p["duration_s"], "--warmup-s",
-                                     p["warmup_s"], "--timeout-s", 20], clients=k, norep=norep,
-                                    timeout_s=60 + p["duration_s"] + p["warmup_s"])
-                samples[str(k)].append(r)
-                progress(f"{system}: {k:2d} clients: {r['ops_per_s']:9.0f} ops/s (p50 {r['p50_us']:.0f} us, "
-                         f"retransmissions {r.get('retransmissions', 0)}; round {rep + 1}/{p['repeats']})")
-        throughput: dict[str, float] = {}
-        detail: dict[str, dict] = {}
-        for k, runs in samples.items():
-            med = median_run(runs, "ops_per_s")
-            throughput[k] = round(med["ops_per_s"], 1)
-            detail[k] = {key: med[key] for key in ("ops", "duration_s", "p50_us", "p99_us", "mean_us",
-                                                   "retransmissions", "resyncs") if key in med}
-            detail[k]["ops_per_s_samples"] = [round(r["ops_per_s"], 1) for r in runs]
-        wal = wal_stats(cluster) if not norep else None
-        return {
-            "seq2000_ms": round(seq["total_ms"], 3),
-            "sequential_requests": n,
-            "latency_us_p50": round(seq["p50_us"], 2),
-            "latency_us_p99": round(seq["p99_us"], 2),
-            "latency_us_mean": round(seq["mean_us"], 2),
-            "sequential_retransmissions": seq.get("retransmissions"),
-            "seq_ms_samples": [round(r["total_ms"], 3) for r in seqs],
-            "peak_ops_per_s": max(throughput.values()),
-            "throughput": throughput,
-            "closed_loop": detail,
-            "replica_log": wal,
-        }
+        seq = cluster.counter(["--requests", n, "--warmup", 10, "--timeout-s", 20], norep=norep,
+                              timeout_s=120 + n * 0.05)
+        progress(f"{system}: sequential {n} increments: {seq['total_ms']:.1f} ms, p50 {seq['p50_us']:.1f} us, "
+                 f"p99 {seq['p99_us']:.1f} us (round {rnd + 1}/{p['repeats']})")
+        loops: dict[str, dict] = {}
+        for k in p["clients"]:
+            r = cluster.counter(["--clients", k, "--duration-s", p["duration_s"], "--warmup-s",
+                                 p["warmup_s"], "--timeout-s", 20], clients=k, norep=norep,
+                                timeout_s=60 + p["duration_s"] + p["warmup_s"])
+            loops[str(k)] = r
+            progress(f"{system}: {k:2d} clients: {r['ops_per_s']:9.0f} ops/s (p50 {r['p50_us']:.0f} us, "
+                     f"retransmissions {r.get('retransmissions', 0)}; round {rnd + 1}/{p['repeats']})")
+        return {"seq": seq, "loops": loops, "wal": wal_stats(cluster) if not norep else None}
     finally:
         if norep:
             cluster.stop_norep()
         else:
             cluster.stop_replicas()
+
+
+def summarize(rounds: list[dict], p: dict) -> dict:
+    """One system's result from its rounds: medians, with every sample kept."""
+    seqs = [r["seq"] for r in rounds]
+    seq = median_run(seqs, "total_ms")
+    throughput: dict[str, float] = {}
+    detail: dict[str, dict] = {}
+    for k in p["clients"]:
+        runs = [r["loops"][str(k)] for r in rounds]
+        med = median_run(runs, "ops_per_s")
+        throughput[str(k)] = round(med["ops_per_s"], 1)
+        detail[str(k)] = {key: med[key] for key in ("ops", "duration_s", "p50_us", "p99_us", "mean_us",
+                                                    "retransmissions", "resyncs") if key in med}
+        detail[str(k)]["ops_per_s_samples"] = [round(r["ops_per_s"], 1) for r in runs]
+    return {
+        "seq2000_ms": round(seq["total_ms"], 3),
+        "sequential_requests": p["sequential_requests"],
+        "latency_us_p50": round(seq["p50_us"], 2),
+        "latency_us_p99": round(seq["p99_us"], 2),
+        "latency_us_mean": round(seq["mean_us"], 2),
+        "sequential_retransmissions": seq.get("retransmissions"),
+        "seq_ms_samples": [round(r["total_ms"], 3) for r in seqs],
+        "latency_us_p50_samples": [round(r["p50_us"], 2) for r in seqs],
+        "peak_ops_per_s": max(throughput.values()),
+        "throughput": throughput,
+        "closed_loop": detail,
+        "replica_log": rounds[-1]["wal"],
+    }
 
 
 def norep_placement(cluster: LocalCluster, p: dict, norep_args: list[str]) -> dict | None:
@@ -256,8 +261,14 @@ def main() -> int:
     pool = 1 + p["repeats"] * (1 + sum(p["clients"])) + 2 * p["repeats"] + 2
     with LocalCluster(bftfs, f=1, clients=pool * len(SYSTEMS) + max_clients,
                       keep=common.keep_scratch()) as cluster:
+        # Rounds interleave the systems (norep, norep_durable, pbft, ... then again), so that a slow spell of
+        # this shared machine hits every system alike instead of spoiling one system's every sample.
+        rounds: dict[str, list[dict]] = {system: [] for system in SYSTEMS}
+        for rnd in range(p["repeats"]):
+            for system in SYSTEMS:
+                rounds[system].append(measure_round(cluster, system, p, norep_args, rnd))
         for system in SYSTEMS:
-            results[system] = measure_system(cluster, system, p, norep_args)
+            results[system] = summarize(rounds[system], p)
         results["norep_placement"] = norep_placement(cluster, p, norep_args)
     results["ratios"] = ratios(results)
     results["meta"] = common.run_metadata(
@@ -269,7 +280,8 @@ def main() -> int:
         closed_loop_duration_s=p["duration_s"],
         closed_loop_warmup_s=p["warmup_s"],
         repeats=p["repeats"],
-        aggregation=("median over repeats: seq2000_ms/latency_us_* from the run with the median total time; "
+        aggregation=("rounds interleave the systems, each system started fresh in every round; median over "
+                     "rounds: seq2000_ms/latency_us_* from the run with the median total time; "
                      "throughput[k] and closed_loop[k] from the run with the median ops/s"),
         replicas=4,
         f=1,
