@@ -54,6 +54,17 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
+// Calls f(id) for every set bit of `mask`, where bit i stands for id hi - i: from the highest bit down, so in
+// increasing id order.
+template <typename F>
+void for_each_id(std::uint64_t hi, std::uint64_t mask, F&& f) {
+  for (std::uint64_t m = mask; m != 0;) {
+    const auto bit = static_cast<std::uint64_t>(63 - std::countl_zero(m));
+    m &= ~(std::uint64_t{1} << bit);
+    f(hi - bit);
+  }
+}
+
 }  // namespace
 
 ClientTable::ClientTable(std::uint32_t window) : window_(window) {
@@ -90,15 +101,11 @@ const CachedReply* ClientTable::cached_reply(NodeId client, std::uint64_t reques
 
 template <typename F>
 void ClientTable::for_each_reply(const Entry& e, F&& f) const {
-  // Bit i stands for id hi - i: walk from the highest bit down for increasing ids.
-  for (std::uint64_t m = e.mask; m != 0;) {
-    const auto bit = static_cast<std::uint64_t>(63 - std::countl_zero(m));
-    m &= ~(std::uint64_t{1} << bit);
-    const std::uint64_t id = e.hi - bit;
+  for_each_id(e.hi, e.mask, [&](std::uint64_t id) {
     const Slot& s = slot(e, id);
     BFT_ASSERT(s.id == id);
     f(id, s);
-  }
+  });
 }
 
 std::uint64_t ClientTable::highest_executed(NodeId client) const {
@@ -133,15 +140,12 @@ void ClientTable::record(NodeId client, std::uint64_t request_id, std::uint64_t 
     // Replies that fall out of the window go with their ids: they are stale from now on. Their bits are the
     // ones shifted out at the top (bit i stands for id hi - i); collected in increasing id order.
     const std::uint64_t leaving = shift >= window_ ? e.mask : e.mask & ~(window_mask() >> shift);
-    for (std::uint64_t m = leaving; m != 0;) {
-      const auto bit = static_cast<std::uint64_t>(63 - std::countl_zero(m));
-      m &= ~(std::uint64_t{1} << bit);
-      const std::uint64_t id = e.hi - bit;
+    for_each_id(e.hi, leaving, [&](std::uint64_t id) {
       Slot& s = slot(e, id);
       BFT_ASSERT(s.id == id);
       if (tentative) undo.evicted.emplace_back(id, std::move(s.reply));
       s = Slot{};
-    }
+    });
     e.mask = shift >= 64 ? 0 : (e.mask << shift);
     e.mask = (e.mask | 1u) & window_mask();
     e.hi = request_id;
