@@ -44,7 +44,7 @@ endif
 # The pieces the test target runs.
 UNIT_TESTS := $(BUILD)/tests/unit_tests
 SIM := $(BUILD)/sim/bftfs-sim
-BFTFS := $(BUILD)/replica/bftfs
+BFTFS := $(BUILD)/cli/bftfs
 INTEGRATION_DIR := tests/integration
 
 # `make test` builds once and then runs the stages with _BUILT=1 so they do not re-run the build.
@@ -65,7 +65,7 @@ help:
 	@echo "  make               configure and build into $(BUILD)/ (SANITIZE=1 for build-asan/)"
 	@echo "  make unit | sim | integration   one test stage (sim: SEEDS=N, SIM_ARGS=...)"
 	@echo "  make fuzz          libFuzzer targets (FUZZ_RUNS=N)"
-	@echo "  make lint          -Werror build, pyflakes, purity of protocol/ services/ shim/ sim/"
+	@echo "  make lint          -Werror build, pyflakes, layers and purity (scripts/check_layers.py)"
 	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan, bench-fs, bench-fs-faults (QUICK=1 for a short run)"
 	@echo "  make bench-counter-wan  PBFT-CS vs PBFT vs NO-REP across emulated WAN topologies"
 	@echo "  make bench-fs      grep/write/create100 + Andrew on native, FUSE local, NO-REP, PBFT (QUICK=1, BENCH_SYSTEMS=...)"

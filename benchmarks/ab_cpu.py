@@ -24,7 +24,7 @@ Workloads (--workload):
 
 Configurations: --config LABEL=BINARY[,extra cluster-start args...], at least one; an argument written
 `client:ARG` goes to the workload's `bftfs counter` instead (PBFT-CS: `,--shim,--early-replies,client:--spec`). The binary must be a copy
-named `bftfs` (daemons are found by their command line), e.g. cp build/replica/bftfs /tmp/ab/new/bftfs.
+named `bftfs` (daemons are found by their command line), e.g. cp build/cli/bftfs /tmp/ab/new/bftfs.
 Example:
   benchmarks/ab_cpu.py --workload counter-load --rounds 3 \
       --config old=/tmp/ab/old/bftfs --config new=/tmp/ab/new/bftfs --config norep=/tmp/ab/new/bftfs,--norep

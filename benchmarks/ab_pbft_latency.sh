@@ -2,7 +2,7 @@
 # Usage: build the old commit into /work/wt-old/build (git worktree add --detach /work/wt-old <commit>; cmake; ninja bftfs),
 # then run this; it prints one line per run. Used for bench-results/wal-ab.txt.
 # A/B: sequential 2000 increments, PBFT durable and --no-fsync, old vs new binary, alternating, fresh clusters.
-OLD=${OLD:-/work/wt-old/build/replica/bftfs}; NEW=${NEW:-$(dirname "$0")/../build/replica/bftfs}
+OLD=${OLD:-/work/wt-old/build/cli/bftfs}; NEW=${NEW:-$(dirname "$0")/../build/cli/bftfs}
 for round in 1 2 3; do
   for mode in durable nofsync; do
     for which in old new; do

@@ -6,7 +6,7 @@
 #   A_ARGS/B_ARGS  extra `cluster start` options (e.g. "--batch-window 4")
 #   CLIENTS (32), DURATION_S (3), ROUNDS (3), PORT (7600)
 here=$(cd "$(dirname "$0")/.." && pwd)
-A_BIN=${A_BIN:-$here/build/replica/bftfs}; B_BIN=${B_BIN:-$here/build/replica/bftfs}
+A_BIN=${A_BIN:-$here/build/cli/bftfs}; B_BIN=${B_BIN:-$here/build/cli/bftfs}
 CLIENTS=${CLIENTS:-32}; DURATION_S=${DURATION_S:-3}; ROUNDS=${ROUNDS:-3}; PORT=${PORT:-7600}
 dir=$(mktemp -d /tmp/ab-tput.XXXXXX); trap 'rm -rf "$dir"' EXIT
 for round in $(seq 1 "$ROUNDS"); do

@@ -384,7 +384,7 @@ class MountedSystem(System):
         argv = [self.bftfs, "cluster", "start", "--dir", self.cluster_dir, "--base-port", base, "--service", "fs",
                 "--log-level", "warn"]
         # NO-REP durable: the same promise as a PBFT reply (the request is in an fdatasync'ed log before the reply;
-        # the file service on the same disk store, replica/norep_server.h).
+        # the file service on the same disk store, norep/norep_server.h).
         argv += ["--norep", "--norep-durable"] if self.name == "norep" else ["--f", "1"]
         progress(f"{self.name}: bftfs cluster start: keys for a new cluster, "
                  f"{'one NO-REP server' if self.name == 'norep' else '4 replicas (f=1)'} and the relay, ports {base}..")

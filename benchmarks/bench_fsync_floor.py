@@ -5,7 +5,7 @@ A bftfs replica makes its PreparedRecord durable before it sends the COMMIT and 
 waits for (protocol/effects.h), and the benchmark clusters run all four replicas (n = 3f+1, f = 1) on one disk.
 So a PBFT request's latency can never be below the time of one durable write while the other replicas make
 theirs at the same moment. This benchmark measures exactly that write, with the system calls the log uses
-(replica/wal.cc: an overwrite of preallocated, zero-filled blocks through a descriptor opened with
+(storage/wal.cc: an overwrite of preallocated, zero-filled blocks through a descriptor opened with
 O_DIRECT | O_DSYNC, Wal::write_direct; where a file system refuses O_DIRECT, pwritev2(RWF_DSYNC) through the
 page cache, Wal::write_durable), in the directory where the benchmarks put their data directories:
 
@@ -13,7 +13,7 @@ page cache, Wal::write_durable), in the directory where the benchmarks put their
               NO-REP server with --durable), O_DIRECT | O_DSYNC
   writers_4   four processes doing the same at once, each on its own file (the four replicas of a cluster)
   rwf_dsync_writers_1, rwf_dsync_writers_4   the same with pwritev2(RWF_DSYNC) through the page cache (what
-              the log did before session 9, and still does on tmpfs)
+              the log used before O_DIRECT, and still uses on tmpfs)
 
 Besides latency, each reports the CPU time a writer was charged per write (user + system of the writing
 process; on a virtual disk most of a durable write's cost is the kernel's).

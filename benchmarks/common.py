@@ -4,7 +4,7 @@ Benchmarks are not tests: they start real `bftfs` processes on loopback, measure
 under bench-results/. This module owns everything about processes so that each benchmark script is only its
 measurement plan:
 
-  bftfs_binary()     $BFTFS_BUILD or $BUILD (default "build", relative to the repository) + /replica/bftfs
+  bftfs_binary()     $BFTFS_BUILD or $BUILD (default "build", relative to the repository) + /cli/bftfs
   LocalCluster       `bftfs keygen` into a scratch directory, then replicas and the NO-REP server as
                      processes in their own process groups; readiness is polled from status.json with a
                      deadline; close() (also on an exception, via `with`) kills every process group it started
@@ -12,7 +12,7 @@ measurement plan:
   progress()         timestamped progress on stderr
   run_metadata()     date, git commit, machine load, CPU, for the `meta` object of every result file
 
-Contract used from the daemons (replica/status_file.h): <data dir>/status.json, replaced atomically about every
+Contract used from the daemons (runtime/status_file.h): <data dir>/status.json, replaced atomically about every
 500 ms, with "pid" and "running"; a daemon is ready when the file names its own pid and "running" is true.
 """
 
@@ -81,7 +81,7 @@ def build_dir() -> Path:
 
 def bftfs_binary() -> Path:
     """The `bftfs` executable, or SystemExit with a message saying how to build it."""
-    path = build_dir() / "replica" / "bftfs"
+    path = build_dir() / "cli" / "bftfs"
     if not (path.is_file() and os.access(path, os.X_OK)):
         raise SystemExit(f"{path} is not built: run `make` (or set BUILD=<build dir>)")
     return path
@@ -148,7 +148,7 @@ def run_metadata(**extra) -> dict:
         "kernel": platform.release(),
         "loadavg_1_5_15_end": load_average(),
         "quick": quick_mode(),
-        "bftfs": str(build_dir() / "replica" / "bftfs"),  # not required: some benchmarks also run without it
+        "bftfs": str(build_dir() / "cli" / "bftfs"),  # not required: some benchmarks also run without it
     }
     meta.update(extra)
     return meta

@@ -30,7 +30,7 @@
 
 #include "common/assert.h"
 #include "common/log.h"
-#include "replica/status_file.h"
+#include "runtime/status_file.h"
 #include "services/fs/fs_service.h"
 
 namespace bftfs::client {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "common/assert.h"
-#include "replica/clock.h"
+#include "os/clock.h"
 
 namespace bftfs::client {
 

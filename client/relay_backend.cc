@@ -146,7 +146,7 @@ void RelayBackend::run() {
 }
 
 void RelayBackend::serve_connection(int fd) {
-  Bytes out = relay::encode_frame(relay::MountMsg{relay::Hello{}});
+  Bytes out = relay::encode_relay_frame(relay::MountMsg{relay::Hello{}});
   std::size_t out_pos = 0;
   relay::FrameSplitter splitter;
   bool ready = false;
@@ -161,7 +161,7 @@ void RelayBackend::serve_connection(int fd) {
       if (stopping_) return;
       if (ready) {
         // New submissions and cancellations go out in the order they were made.
-        for (const std::uint64_t tag : to_cancel_) append(out, relay::encode_frame(relay::MountMsg{relay::Cancel{tag}}));
+        for (const std::uint64_t tag : to_cancel_) append(out, relay::encode_relay_frame(relay::MountMsg{relay::Cancel{tag}}));
         to_cancel_.clear();
         for (const std::uint64_t tag : to_send_) {
           auto it = inflight_.find(tag);
@@ -171,7 +171,7 @@ void RelayBackend::serve_connection(int fd) {
           s.flags = it->second.flags;
           s.deps = it->second.deps;
           s.request = it->second.request;
-          append(out, relay::encode_frame(relay::MountMsg{std::move(s)}));
+          append(out, relay::encode_relay_frame(relay::MountMsg{std::move(s)}));
         }
         to_send_.clear();
       }

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "client/backend.h"
-#include "replica/unique_fd.h"
+#include "os/unique_fd.h"
 
 namespace bftfs::client {
 

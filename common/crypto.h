@@ -83,7 +83,7 @@ class Crypto {
   SecretKeys secret_;
   std::map<NodeId, PublicKeys> public_keys_;
   // Looked up for every frame and authenticator entry: hashed, since a cluster may name thousands of clients
-  // and a tree walk over them showed in the profile (session 11).
+  // and a tree walk over them showed in the profile.
   std::unordered_map<NodeId, std::array<std::uint8_t, 32>> session_keys_;
 };
 

@@ -54,11 +54,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   MountMsg m;
   if (decode_mount_body(input, m) == RelayWireError::kOk) {
-    if (!same_as_body(encode_frame(m), input)) fuzz::fail("accepted mount frame is not canonical");
+    if (!same_as_body(encode_relay_frame(m), input)) fuzz::fail("accepted mount frame is not canonical");
   }
   RelayMsg r;
   if (decode_relay_body(input, r) == RelayWireError::kOk) {
-    if (!same_as_body(encode_frame(r), input)) fuzz::fail("accepted relay frame is not canonical");
+    if (!same_as_body(encode_relay_frame(r), input)) fuzz::fail("accepted relay frame is not canonical");
   }
 
   bool broken_whole = false;

@@ -108,10 +108,10 @@ int main(int argc, char** argv) {
       d.bytes.fill(static_cast<std::uint8_t>(i + 1));
       list.push_back(shim::Dependency{i + 1, d});
     }
-    out.add("fuzz_shim_envelope", shim::encode_request(list, Bytes{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+    out.add("fuzz_shim_envelope", shim::encode_envelope(list, Bytes{1, 2, 3, 4, 5, 6, 7, 8, 9}));
   }
-  out.add("fuzz_shim_envelope", shim::encode_result(shim::ShimStatus::kExecuted, Bytes(17, 7)));
-  out.add("fuzz_shim_envelope", shim::encode_result(shim::ShimStatus::kRetryPredicateFailed, {}));
+  out.add("fuzz_shim_envelope", shim::encode_envelope_result(shim::ShimStatus::kExecuted, Bytes(17, 7)));
+  out.add("fuzz_shim_envelope", shim::encode_envelope_result(shim::ShimStatus::kRetryPredicateFailed, {}));
   // File-service compounds (create, write through a result reference, read back) and their result.
   {
     fs::Op create;
@@ -148,12 +148,12 @@ int main(int argc, char** argv) {
         relay::Final{8, relay::FinalStatus::kRefused, Bytes{'n', 'o'}}, relay::StatusReply{"client_id 4\n"}};
     Bytes stream;
     for (const auto& m : mount_msgs) {
-      const Bytes frame = relay::encode_frame(m);
+      const Bytes frame = relay::encode_relay_frame(m);
       out.add("fuzz_relay_wire", std::span<const std::uint8_t>(frame).subspan(relay::kFrameLengthBytes));
       stream.insert(stream.end(), frame.begin(), frame.end());
     }
     for (const auto& m : relay_msgs) {
-      const Bytes frame = relay::encode_frame(m);
+      const Bytes frame = relay::encode_relay_frame(m);
       out.add("fuzz_relay_wire", std::span<const std::uint8_t>(frame).subspan(relay::kFrameLengthBytes));
       stream.insert(stream.end(), frame.begin(), frame.end());
     }

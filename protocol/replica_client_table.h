@@ -92,7 +92,7 @@ class ClientTable {
   // The cached replies of one client sit in a ring of `window` slots: id's reply is in slots[id % window]
   // while its mask bit is set (the window's ids are consecutive, so no two share a slot). A map keyed by id
   // cost a walk of cold tree nodes per record: at 32 closed-loop clients, the largest single item of a
-  // replica's profile (session 11).
+  // replica's profile.
   struct Slot {
     std::uint64_t id = 0;  // 0: empty
     CachedReply reply;

@@ -20,13 +20,13 @@
 #include "common/log.h"
 #include "protocol/messages.h"
 #include "relay/relay_wire.h"
-#include "replica/client_runtime.h"
-#include "replica/clock.h"
-#include "replica/event_raii.h"
-#include "replica/loop_stop.h"
-#include "replica/spec_client_runtime.h"
-#include "replica/status_file.h"
-#include "replica/unique_fd.h"
+#include "runtime/client_runtime.h"
+#include "os/clock.h"
+#include "runtime/event_raii.h"
+#include "runtime/loop_stop.h"
+#include "relay/spec_client_runtime.h"
+#include "runtime/status_file.h"
+#include "os/unique_fd.h"
 #include "services/fs/fs_codec.h"
 #include "shim/envelope.h"
 
@@ -223,7 +223,7 @@ struct RelayDaemon::Impl {
       close_conn(conn, "not reading");
       return;
     }
-    const Bytes frame = relay::encode_frame(m);
+    const Bytes frame = relay::encode_relay_frame(m);
     if (bufferevent_write(conn.bev.get(), frame.data(), frame.size()) != 0) close_conn(conn, "write failed");
   }
 

@@ -1,7 +1,7 @@
 // The relay daemon (`bftfs relay`, docs/RELAY.md): a Unix-socket server for FUSE mounts in front of one PBFT-CS
 // client identity. Each mount connection speaks the relay_wire protocol; every SUBMIT becomes one operation of
-// the client library (replica/spec_client_runtime.h) for replicas that run the file service behind the shim,
-// or, in NO-REP mode, one request to the unreplicated server (replica/client_runtime.h DirectClient).
+// the client library (relay/spec_client_runtime.h) for replicas that run the file service behind the shim,
+// or, in NO-REP mode, one request to the unreplicated server (runtime/client_runtime.h DirectClient).
 //
 // What it guarantees a mount:
 //   - every SUBMIT gets exactly one FINAL unless the mount cancels it or disconnects; FIRST (when asked for)
@@ -23,7 +23,7 @@
 #include <string>
 
 #include "common/config.h"
-#include "replica/wan.h"
+#include "runtime/wan.h"
 
 namespace bftfs {
 

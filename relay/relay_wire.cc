@@ -119,7 +119,7 @@ RelayWireError finish_read(const ByteReader& r) {
 
 }  // namespace
 
-Bytes encode_frame(const MountMsg& m) {
+Bytes encode_relay_frame(const MountMsg& m) {
   Bytes out;
   std::visit(
       [&out](const auto& v) {
@@ -151,7 +151,7 @@ Bytes encode_frame(const MountMsg& m) {
   return out;
 }
 
-Bytes encode_frame(const RelayMsg& m) {
+Bytes encode_relay_frame(const RelayMsg& m) {
   Bytes out;
   std::visit(
       [&out](const auto& v) {

@@ -135,8 +135,8 @@ FrameType frame_type(const MountMsg& m);
 FrameType frame_type(const RelayMsg& m);
 
 // Whole frames (length prefix included). Precondition: the message is one the decoder accepts (asserted).
-Bytes encode_frame(const MountMsg& m);
-Bytes encode_frame(const RelayMsg& m);
+Bytes encode_relay_frame(const MountMsg& m);
+Bytes encode_relay_frame(const RelayMsg& m);
 
 // Checks a frame's length prefix (kOk, kFrameEmpty or kFrameTooLarge).
 RelayWireError check_frame_length(std::uint32_t body_len);

@@ -79,7 +79,7 @@ struct SpecClient::Impl {
       BFT_ASSERT(!dep.read_only);  // §3.3: writes never depend on optimized reads
       Digest predicted;
       if (d.predicted_inner) {
-        predicted = digest_of(shim::encode_result(shim::ShimStatus::kExecuted, *d.predicted_inner));
+        predicted = digest_of(shim::encode_envelope_result(shim::ShimStatus::kExecuted, *d.predicted_inner));
       } else if (dep.final_produced && !dep.first_delivered) {
         // Final but not yet taken, and never predicted: the caller can only have its consensus value.
         predicted = dep.final_digest;
@@ -101,7 +101,7 @@ struct SpecClient::Impl {
       read_only = false;  // §3.3: our own uncommitted writes must be visible to the read
       ++stats.reads_ordered;
     }
-    const std::uint64_t id = core.submit(shim::encode_request(wire, op), read_only);
+    const std::uint64_t id = core.submit(shim::encode_envelope(wire, op), read_only);
     if (!read_only) ++ordered_in_flight;
     BFT_ASSERT(id > highest_id);
     highest_id = id;
@@ -136,7 +136,7 @@ struct SpecClient::Impl {
     op.first_digest = digest_of(fr.result);
     if (!opt.speculate) return;
     shim::ShimResult sr;
-    if (!shim::decode_result(fr.result, sr)) return;  // not even an envelope: nothing to act on
+    if (!shim::decode_envelope_result(fr.result, sr)) return;  // not even an envelope: nothing to act on
     if (op.doomed) {
       ++stats.first_withheld_doomed;
       return;
@@ -165,7 +165,7 @@ struct SpecClient::Impl {
       if (!matched) ++stats.first_mismatches;
     }
     shim::ShimResult sr;
-    if (!shim::decode_result(c.result, sr)) {
+    if (!shim::decode_envelope_result(c.result, sr)) {
       // The replicas do not run the shim (or more than f are faulty): report it, never guess.
       sr.status = shim::ShimStatus::kMalformed;
       sr.inner.clear();

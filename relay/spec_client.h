@@ -1,6 +1,6 @@
 // The PBFT-CS client library (Wester et al., NSDI'09 §3.2, §3.4, §5): a speculation layer over the PBFT client
 // core (protocol/client.h) for replicas that run the shim (shim/shim.h). Pure: no I/O, clocks or threads; the
-// driver (replica/spec_client_runtime.h, later the relay daemon) feeds it messages and ticks and drains effects.
+// driver (relay/spec_client_runtime.h, later the relay daemon) feeds it messages and ticks and drains effects.
 //
 // Event-driven API (§5: "user programs pass requests to libbyz and later receive two callbacks: one delivers the
 // first reply and another delivers the consensus reply"): submit() an operation with the earlier operations it

@@ -1,4 +1,4 @@
-#include "replica/clock.h"
+#include "os/clock.h"
 #include "replica/replica_runtime.h"
 
 #include <signal.h>
@@ -20,11 +20,11 @@
 #include "common/crypto.h"
 #include "common/log.h"
 #include "common/prng.h"
-#include "replica/data_dir_lock.h"
-#include "replica/file_snapshot_store.h"
-#include "replica/loop_stop.h"
-#include "replica/service_factory.h"
-#include "replica/status_file.h"
+#include "storage/data_dir_lock.h"
+#include "storage/file_snapshot_store.h"
+#include "runtime/loop_stop.h"
+#include "runtime/service_factory.h"
+#include "runtime/status_file.h"
 
 namespace bftfs {
 namespace {

@@ -26,9 +26,9 @@
 
 #include "common/config.h"
 #include "protocol/replica.h"
-#include "replica/event_raii.h"
-#include "replica/transport.h"
-#include "replica/wal.h"
+#include "runtime/event_raii.h"
+#include "runtime/transport.h"
+#include "storage/wal.h"
 
 namespace bftfs {
 

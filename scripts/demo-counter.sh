@@ -14,14 +14,14 @@
 # Environment: BFTFS_BUILD (build directory, default ./build), DEMO_REQUESTS (default 2000),
 # DEMO_READY_TIMEOUT_S (default 30).
 #
-# Readiness follows replica/status_file.h: each `bftfs replica` / `bftfs norep` writes <data dir>/status.json
+# Readiness follows runtime/status_file.h: each `bftfs replica` / `bftfs norep` writes <data dir>/status.json
 # (replaced atomically); a daemon is ready when that file names its pid and says "running": true.
 # `bftfs counter --json` prints one JSON object with its measurements.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BFTFS_BUILD:-$ROOT/build}
-BFTFS=$BUILD/replica/bftfs
+BFTFS=$BUILD/cli/bftfs
 REQUESTS=${DEMO_REQUESTS:-2000}
 READY_TIMEOUT_S=${DEMO_READY_TIMEOUT_S:-30}
 F=1

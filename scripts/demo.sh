@@ -19,7 +19,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BFTFS_BUILD:-$ROOT/build}
-BFTFS=$BUILD/replica/bftfs
+BFTFS=$BUILD/cli/bftfs
 ANDREW_N=${DEMO_ANDREW_N:-1}
 
 say() { printf 'demo: %s\n' "$*"; }

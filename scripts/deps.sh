@@ -13,12 +13,12 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 say() { printf 'deps: %s\n' "$*"; }
 die() { printf 'deps: ERROR: %s\n' "$*" >&2; exit 1; }
 
-# Required: the build (compilers, cmake/ninja, libsodium, libevent, Catch2 v2, clang for fuzzing and
+# Required: the build (compilers, cmake/ninja, libsodium, libevent, Catch2 v2, CLI11 (option parsing), clang for fuzzing and
 # sanitizers, libfuse3, protobuf-c headers for libcriu), runtime tools (fuse3, iproute2 for network namespaces),
 # and pip for the Python tooling.
 APT_REQUIRED=(
   build-essential cmake ninja-build pkg-config
-  libsodium-dev libevent-dev catch2
+  libsodium-dev libevent-dev catch2 libcli11-dev
   clang-14 libclang-rt-14-dev
   libfuse3-dev fuse3
   libprotobuf-c-dev

@@ -1,6 +1,6 @@
 // The PBFT-CS predicated-request envelope (NSDI'09 §3.2, §5). See envelope.h for the wire form.
 //
-// decode_request reads bytes a client chose: every field is checked before it is used, with one check per
+// decode_envelope reads bytes a client chose: every field is checked before it is used, with one check per
 // line and a reason of its own, and the reader never allocates more than the input backs (the dependency
 // count is bounded by kDependenciesMax and then checked against the bytes that remain).
 #include "shim/envelope.h"
@@ -24,27 +24,27 @@ std::string_view to_string(ShimStatus s) {
   return "unknown-status";
 }
 
-std::string_view to_string(DecodeError e) {
+std::string_view to_string(EnvelopeError e) {
   switch (e) {
-    case DecodeError::kOk:
+    case EnvelopeError::kOk:
       return "ok";
-    case DecodeError::kTooShort:
+    case EnvelopeError::kTooShort:
       return "shorter than the request header";
-    case DecodeError::kBadVersion:
+    case EnvelopeError::kBadVersion:
       return "unknown envelope version";
-    case DecodeError::kBadFlags:
+    case EnvelopeError::kBadFlags:
       return "nonzero flags";
-    case DecodeError::kTooManyDependencies:
+    case EnvelopeError::kTooManyDependencies:
       return "more than kDependenciesMax dependencies";
-    case DecodeError::kTruncatedDependencies:
+    case EnvelopeError::kTruncatedDependencies:
       return "dependency list runs past the end";
   }
   return "unknown-error";
 }
 
-Bytes encode_request(const ShimRequest& r) { return encode_request(r.deps, r.op); }
+Bytes encode_envelope(const ShimRequest& r) { return encode_envelope(r.deps, r.op); }
 
-Bytes encode_request(std::span<const Dependency> deps, std::span<const std::uint8_t> op) {
+Bytes encode_envelope(std::span<const Dependency> deps, std::span<const std::uint8_t> op) {
   BFT_ASSERT(deps.size() <= kDependenciesMax);
   Bytes out;
   ByteWriter w(out);
@@ -61,22 +61,22 @@ Bytes encode_request(std::span<const Dependency> deps, std::span<const std::uint
   return out;
 }
 
-DecodeError decode_request(std::span<const std::uint8_t> bytes, std::vector<Dependency>& deps,
+EnvelopeError decode_envelope(std::span<const std::uint8_t> bytes, std::vector<Dependency>& deps,
                            std::span<const std::uint8_t>& op) {
   deps.clear();
   op = {};
-  if (bytes.size() < kRequestHeaderBytes) return DecodeError::kTooShort;
+  if (bytes.size() < kRequestHeaderBytes) return EnvelopeError::kTooShort;
   ByteReader r(bytes);
   std::uint8_t version = 0;
   std::uint8_t flags = 0;
   std::uint16_t dep_count = 0;
   const bool header_read = r.u8(version) && r.u8(flags) && r.u16(dep_count);
   BFT_ASSERT(header_read);  // the size check above covers the header
-  if (version != kEnvelopeVersion) return DecodeError::kBadVersion;
-  if (flags != 0) return DecodeError::kBadFlags;
-  if (dep_count > kDependenciesMax) return DecodeError::kTooManyDependencies;
+  if (version != kEnvelopeVersion) return EnvelopeError::kBadVersion;
+  if (flags != 0) return EnvelopeError::kBadFlags;
+  if (dep_count > kDependenciesMax) return EnvelopeError::kTooManyDependencies;
   if (r.remaining() < static_cast<std::size_t>(dep_count) * kDependencyBytes) {
-    return DecodeError::kTruncatedDependencies;
+    return EnvelopeError::kTruncatedDependencies;
   }
   deps.resize(dep_count);
   for (Dependency& d : deps) {
@@ -86,18 +86,18 @@ DecodeError decode_request(std::span<const std::uint8_t> bytes, std::vector<Depe
   const bool op_read = r.view(r.remaining(), op);
   BFT_ASSERT(op_read);
   BFT_ASSERT(r.done());
-  return DecodeError::kOk;
+  return EnvelopeError::kOk;
 }
 
-DecodeError decode_request(std::span<const std::uint8_t> bytes, ShimRequest& out) {
+EnvelopeError decode_envelope(std::span<const std::uint8_t> bytes, ShimRequest& out) {
   std::span<const std::uint8_t> op;
-  const DecodeError e = decode_request(bytes, out.deps, op);
-  if (e != DecodeError::kOk) return e;
+  const EnvelopeError e = decode_envelope(bytes, out.deps, op);
+  if (e != EnvelopeError::kOk) return e;
   out.op.assign(op.begin(), op.end());
-  return DecodeError::kOk;
+  return EnvelopeError::kOk;
 }
 
-Bytes encode_result(ShimStatus status, std::span<const std::uint8_t> inner) {
+Bytes encode_envelope_result(ShimStatus status, std::span<const std::uint8_t> inner) {
   BFT_ASSERT(static_cast<std::uint8_t>(status) <= kShimStatusMax);
   BFT_ASSERT(status == ShimStatus::kExecuted || inner.empty());  // a no-op has no inner result
   Bytes out;
@@ -107,7 +107,7 @@ Bytes encode_result(ShimStatus status, std::span<const std::uint8_t> inner) {
   return out;
 }
 
-bool decode_result(std::span<const std::uint8_t> bytes, ShimResult& out) {
+bool decode_envelope_result(std::span<const std::uint8_t> bytes, ShimResult& out) {
   if (bytes.size() < kResultHeaderBytes) return false;
   if (bytes[0] > kShimStatusMax) return false;
   const auto status = static_cast<ShimStatus>(bytes[0]);

@@ -8,7 +8,7 @@
 // direct: a request that was turned into a no-op logged its retry result, so anything that predicted its
 // success fails in turn (the failure propagates through the log, not through the dependency lists).
 //
-// Wire form (little-endian), validated like network input by decode_request (it comes from a client):
+// Wire form (little-endian), validated like network input by decode_envelope (it comes from a client):
 //   request:  u8 version (=1) | u8 flags (=0) | u16 dep_count (<= kDependenciesMax)
 //             | dep_count x ( u64 request_id | 32-byte result digest ) | inner op (all remaining bytes)
 //   result:   u8 status (ShimStatus) | inner result (all remaining bytes; empty unless kExecuted)
@@ -64,10 +64,10 @@ struct ShimResult {
 };
 
 // Precondition (asserted): deps.size() <= kDependenciesMax.
-Bytes encode_request(const ShimRequest& r);
-Bytes encode_request(std::span<const Dependency> deps, std::span<const std::uint8_t> op);
+Bytes encode_envelope(const ShimRequest& r);
+Bytes encode_envelope(std::span<const Dependency> deps, std::span<const std::uint8_t> op);
 
-enum class DecodeError : std::uint8_t {
+enum class EnvelopeError : std::uint8_t {
   kOk = 0,
   kTooShort,
   kBadVersion,
@@ -75,17 +75,17 @@ enum class DecodeError : std::uint8_t {
   kTooManyDependencies,
   kTruncatedDependencies,
 };
-std::string_view to_string(DecodeError e);
+std::string_view to_string(EnvelopeError e);
 // Never fails on any input other than by returning an error; `out` is unspecified on error.
-DecodeError decode_request(std::span<const std::uint8_t> bytes, ShimRequest& out);
+EnvelopeError decode_envelope(std::span<const std::uint8_t> bytes, ShimRequest& out);
 // The same checks without copying the inner op: on kOk, `op` views the inner op inside `bytes` (valid as long as
 // `bytes` is). On error `deps` is unspecified and `op` is empty. What the shim uses on the execution path, where
 // the inner op may be up to kOpBytesMax.
-DecodeError decode_request(std::span<const std::uint8_t> bytes, std::vector<Dependency>& deps,
+EnvelopeError decode_envelope(std::span<const std::uint8_t> bytes, std::vector<Dependency>& deps,
                            std::span<const std::uint8_t>& op);
 
-Bytes encode_result(ShimStatus status, std::span<const std::uint8_t> inner);
+Bytes encode_envelope_result(ShimStatus status, std::span<const std::uint8_t> inner);
 // False when the bytes are not a result envelope (empty, unknown status, or bytes after a retry status).
-bool decode_result(std::span<const std::uint8_t> bytes, ShimResult& out);
+bool decode_envelope_result(std::span<const std::uint8_t> bytes, ShimResult& out);
 
 }  // namespace bftfs::shim

@@ -432,17 +432,17 @@ struct Shim::Impl {
   Bytes decide(const ExecContext& ctx, std::span<const std::uint8_t> op) {
     std::vector<Dependency> deps;
     std::span<const std::uint8_t> inner_op;
-    if (decode_request(op, deps, inner_op) != DecodeError::kOk) return encode_result(ShimStatus::kMalformed, {});
+    if (decode_envelope(op, deps, inner_op) != EnvelopeError::kOk) return encode_envelope_result(ShimStatus::kMalformed, {});
     const ClientLog* log = find_log(ctx.client);
     for (const Dependency& d : deps) {
-      if (log == nullptr) return encode_result(ShimStatus::kRetryDependencyUnknown, {});
+      if (log == nullptr) return encode_envelope_result(ShimStatus::kRetryDependencyUnknown, {});
       auto it = log->find(d.request_id);
-      if (it == log->end()) return encode_result(ShimStatus::kRetryDependencyUnknown, {});
-      if (it->second != d.result_digest) return encode_result(ShimStatus::kRetryPredicateFailed, {});
+      if (it == log->end()) return encode_envelope_result(ShimStatus::kRetryDependencyUnknown, {});
+      if (it->second != d.result_digest) return encode_envelope_result(ShimStatus::kRetryPredicateFailed, {});
     }
     const Bytes inner_result = inner.execute(ctx, inner_op);
     BFT_ASSERT(inner_result.size() <= kInnerResultBytesMax);
-    return encode_result(ShimStatus::kExecuted, inner_result);
+    return encode_envelope_result(ShimStatus::kExecuted, inner_result);
   }
 
   Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) {
@@ -461,12 +461,12 @@ struct Shim::Impl {
     BFT_ASSERT(!install.has_value());
     std::vector<Dependency> deps;
     std::span<const std::uint8_t> inner_op;
-    if (decode_request(op, deps, inner_op) != DecodeError::kOk) return false;
+    if (decode_envelope(op, deps, inner_op) != EnvelopeError::kOk) return false;
     if (!deps.empty()) return false;  // §3.3: a predicated request is always ordered
     Bytes inner_result;
     if (!inner.execute_read_only(client, inner_op, inner_result)) return false;
     BFT_ASSERT(inner_result.size() <= kInnerResultBytesMax);
-    result = encode_result(ShimStatus::kExecuted, inner_result);
+    result = encode_envelope_result(ShimStatus::kExecuted, inner_result);
     return true;
   }
 

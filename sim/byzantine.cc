@@ -401,7 +401,7 @@ Bytes Byzantine::plausible_lie(const Bytes& truth) {
   std::span<const std::uint8_t> inner = truth;
   shim::ShimResult sr;
   if (shim_) {
-    if (!shim::decode_result(truth, sr)) return fabricated_result();
+    if (!shim::decode_envelope_result(truth, sr)) return fabricated_result();
     if (sr.status != shim::ShimStatus::kExecuted) return fabricated_result();  // "it executed"
     inner = sr.inner;
   }
@@ -420,7 +420,7 @@ Bytes Byzantine::plausible_lie(const Bytes& truth) {
       cr.next_token = early_prng_.next();
       break;
     case 2:  // "it did not execute": a no-op under the shim, a refused token without it
-      if (shim_) return shim::encode_result(shim::ShimStatus::kRetryPredicateFailed, {});
+      if (shim_) return shim::encode_envelope_result(shim::ShimStatus::kRetryPredicateFailed, {});
       cr.status = cr.status == 0 ? 1 : 0;
       break;
     default:  // another value with the right token: still a misprediction, its dependents must not execute
@@ -428,7 +428,7 @@ Bytes Byzantine::plausible_lie(const Bytes& truth) {
       break;
   }
   Bytes lie = counter_bytes(cr);
-  return shim_ ? shim::encode_result(shim::ShimStatus::kExecuted, lie) : lie;
+  return shim_ ? shim::encode_envelope_result(shim::ShimStatus::kExecuted, lie) : lie;
 }
 
 Bytes Byzantine::fabricated_result() {
@@ -436,7 +436,7 @@ Bytes Byzantine::fabricated_result() {
   cr.value = last_value_ + 1 + early_prng_.below(2);
   cr.next_token = early_prng_.next();
   Bytes r = counter_bytes(cr);
-  return shim_ ? shim::encode_result(shim::ShimStatus::kExecuted, r) : r;
+  return shim_ ? shim::encode_envelope_result(shim::ShimStatus::kExecuted, r) : r;
 }
 
 void Byzantine::lie_in_early_reply(Reply& reply) {
@@ -444,7 +444,7 @@ void Byzantine::lie_in_early_reply(Reply& reply) {
     // Learn from the truth first, so that fabricated results look current.
     std::span<const std::uint8_t> inner = reply.result;
     shim::ShimResult sr;
-    if (shim_ && shim::decode_result(reply.result, sr)) inner = sr.inner;
+    if (shim_ && shim::decode_envelope_result(reply.result, sr)) inner = sr.inner;
     CounterResult cr;
     if (parse_counter_result(inner, cr) && cr.status == 0) last_value_ = std::max(last_value_, cr.value);
   }

@@ -39,7 +39,7 @@ bool Checker::counter_result(std::span<const std::uint8_t> result, shim::ShimSta
   status = shim::ShimStatus::kExecuted;
   if (!shim_) return parse_counter_result(result, out);
   shim::ShimResult sr;
-  if (!shim::decode_result(result, sr)) {
+  if (!shim::decode_envelope_result(result, sr)) {
     status = shim::ShimStatus::kMalformed;
     return false;
   }

@@ -48,7 +48,7 @@ RecordingService::RecordingService(Service& inner, const shim::Shim* shim, const
 Bytes RecordingService::execute_audited(const ExecContext& ctx, std::span<const std::uint8_t> op, ExecRecord& rec) {
   rec.enveloped = true;
   std::span<const std::uint8_t> inner_op;
-  const bool valid = shim::decode_request(op, rec.deps, inner_op) == shim::DecodeError::kOk;
+  const bool valid = shim::decode_envelope(op, rec.deps, inner_op) == shim::EnvelopeError::kOk;
   if (!valid) rec.deps.clear();
   rec.op_kind = valid && !inner_op.empty() ? inner_op[0] : 0;
   // What the shim's own log dictates, read before the execution changes the log (shim.h: the first
@@ -69,7 +69,7 @@ Bytes RecordingService::execute_audited(const ExecContext& ctx, std::span<const 
   Bytes result = inner_.execute(ctx, op);
   const std::uint64_t inner_runs = probe_->executions() - inner_before;
   shim::ShimResult sr;
-  if (!shim::decode_result(result, sr)) {
+  if (!shim::decode_envelope_result(result, sr)) {
     breach(fmt("shim: s%llu c%u r%llu returned a result that is not an envelope (%zu bytes)", ull(ctx.seq),
                ctx.client, ull(ctx.request_id), result.size()));
     return result;

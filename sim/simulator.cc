@@ -223,10 +223,10 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   ro.tentative_execution = p.chance(7, 10);
   // Piggybacked commits from their own stream too (added after the regression seeds were found).
   ro.piggyback_commits = Prng(mix(c.seed, 0x9166BAC4)).chance(3, 4);
-  // The batch hold likewise (added in session 7).
+  // The batch hold likewise (its own stream, so older seeds kept their scenarios).
   ro.batch_hold = Prng(mix(c.seed, 0xB47C4401)).chance(3, 4);
   {
-    // The quiet primary likewise (added in session 10), with release timers from eager to patient.
+    // The quiet primary likewise, with release timers from eager to patient.
     Prng qp(mix(c.seed, 0x0A1E7B07));
     ro.quiet_primary = qp.chance(3, 4);
     const std::uint32_t release_ticks[] = {2, 12, 60};
@@ -371,10 +371,10 @@ class PredicateStripper final : public Service {
   Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) override {
     std::vector<shim::Dependency> deps;
     std::span<const std::uint8_t> inner_op;
-    if (shim::decode_request(op, deps, inner_op) != shim::DecodeError::kOk || deps.empty()) {
+    if (shim::decode_envelope(op, deps, inner_op) != shim::EnvelopeError::kOk || deps.empty()) {
       return inner_.execute(ctx, op);
     }
-    return inner_.execute(ctx, shim::encode_request({}, inner_op));
+    return inner_.execute(ctx, shim::encode_envelope({}, inner_op));
   }
   bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override {
     return inner_.execute_read_only(client, op, result);
@@ -1070,7 +1070,7 @@ void Simulation::on_completion(ClientNode& c, const Completion& comp, FinalKind 
   if (sc_.counter) {
     std::span<const std::uint8_t> inner = comp.result;
     shim::ShimResult sr;
-    if (sc_.shim && shim::decode_result(comp.result, sr)) {
+    if (sc_.shim && shim::decode_envelope_result(comp.result, sr)) {
       detail = fmt(" %s", std::string(shim::to_string(sr.status)).c_str());
       inner = sr.inner;
     }
@@ -1094,7 +1094,7 @@ void Simulation::on_completion(ClientNode& c, const Completion& comp, FinalKind 
 
 void Simulation::on_spec_event(ClientNode& c, SpecEvent& ev) {
   // The checker sees whole result envelopes, as the replicas returned them (decode_result is canonical).
-  Bytes envelope = shim::encode_result(ev.status, ev.result);
+  Bytes envelope = shim::encode_envelope_result(ev.status, ev.result);
   if (ev.kind == SpecEventKind::kFirst) {
     checker_->on_first(c.id, ev.id, envelope);
     const bool speculative = c.speculative_seen.count({ev.id, ev.from}) != 0;

@@ -3,7 +3,7 @@
 // fetched by state transfer, and reports stored bytes that fail verification.
 //
 // Two implementations: MemoryCheckpointedStore below (objects in memory, each checkpoint one snapshot blob in a
-// SnapshotStore: the simulator and the unit tests), and DiskObjectStore (replica/disk_object_store.h: values on
+// SnapshotStore: the simulator and the unit tests), and DiskObjectStore (storage/disk_object_store.h: values on
 // disk with checksums kept apart, checkpoints as index versions; the replica daemon). FsService is written
 // against this interface only, so both give the same results, digests and errnos.
 #pragma once

@@ -2,7 +2,7 @@
 // goes through, the in-memory store, and the canonical encoding of a partition.
 //
 // The service reaches state only through ObjectStore (and its checkpoints through CheckpointedStore,
-// services/fs/checkpointed_store.h), so the disk-backed store of the replica (replica/disk_object_store.h, §6)
+// services/fs/checkpointed_store.h), so the disk-backed store of the replica (storage/disk_object_store.h, §6)
 // replaces the in-memory one without touching the semantics.
 #pragma once
 

@@ -13,7 +13,7 @@ Conventions (house style): readiness is polled with a deadline, never slept for;
 test started, even when the test failed; an ERROR line in a daemon's log fails the test unless the test said
 it expects it (cluster.expect_error(regex)).
 
-Contract used from the daemons (replica/status_file.h): `bftfs replica` and `bftfs norep` write
+Contract used from the daemons (runtime/status_file.h): `bftfs replica` and `bftfs norep` write
 <data dir>/status.json -- one JSON object, replaced atomically, refreshed about every 500 ms -- with at least
 "pid" and "running". A daemon is ready when its file names its own pid (so a stale file from an earlier
 incarnation never counts) and "running" is true; this is the rule `bftfs cluster start` uses too.
@@ -62,7 +62,7 @@ def find_build_dir() -> Path:
 
 
 def require_binary(relative: str) -> Path:
-    """The path of a built binary, e.g. "replica/bftfs". Skips the test with the reason if it is not built,
+    """The path of a built binary, e.g. "cli/bftfs". Skips the test with the reason if it is not built,
     or fails it when BFTFS_REQUIRE_BINARIES=1 (make test): a missing binary there is a broken build."""
     path = find_build_dir() / relative
     if path.is_file() and os.access(path, os.X_OK):
@@ -80,7 +80,7 @@ def build_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def bftfs_bin() -> Path:
-    return require_binary("replica/bftfs")
+    return require_binary("cli/bftfs")
 
 
 # ---------------------------------------------------------------------------------------------------------

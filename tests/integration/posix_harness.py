@@ -300,7 +300,7 @@ def posix_root() -> Iterator[Path]:
             finally:
                 shutil.rmtree(root, ignore_errors=True)
             return
-        bftfs = find_build_dir() / "replica" / "bftfs"
+        bftfs = find_build_dir() / "cli" / "bftfs"
         if not os.access(bftfs, os.X_OK):
             pytest.skip(f"{bftfs} is not built (run `make`), and BFTFS_POSIX_DIR is not set")
         ok, why = _mount_supported(bftfs)

@@ -26,7 +26,7 @@ END_TIMEOUT_S = 60
 
 @pytest.fixture
 def bftfs() -> Path:
-    b = find_build_dir() / "replica" / "bftfs"
+    b = find_build_dir() / "cli" / "bftfs"
     if not os.access(b, os.X_OK):
         pytest.skip(f"{b} is not built")
     if not os.path.exists("/dev/fuse"):

@@ -19,8 +19,8 @@
 #include <string>
 
 #include "common/log.h"
-#include "replica/client_runtime.h"
-#include "replica/event_raii.h"
+#include "runtime/client_runtime.h"
+#include "runtime/event_raii.h"
 #include "services/fs/fs_codec.h"
 #include "services/fs/fs_service.h"
 #include "shim/envelope.h"
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
       read_only = true;
     }
     std::optional<Bytes> out;
-    client->submit(shim::encode_request({}, fs::encode_request(req)), read_only,
+    client->submit(shim::encode_envelope({}, fs::encode_request(req)), read_only,
                    [&](const Completion& c) { out = c.result; });
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     while (!out && std::chrono::steady_clock::now() < deadline) {
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     }
     shim::ShimResult sr;
     fs::Result res;
-    if (!shim::decode_result(*out, sr) || sr.status != shim::ShimStatus::kExecuted ||
+    if (!shim::decode_envelope_result(*out, sr) || sr.status != shim::ShimStatus::kExecuted ||
         fs::decode_result(sr.inner, res) != fs::FsDecodeError::kOk || res.outcome != fs::Outcome::kDone ||
         res.results.size() != 2) {
       std::fprintf(stderr, "fs_load: %s: the request failed\n", name.c_str());

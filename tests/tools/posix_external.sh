@@ -21,7 +21,7 @@ set -uo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BFTFS_BUILD:-$REPO/build}
-BFTFS=$BUILD/replica/bftfs
+BFTFS=$BUILD/cli/bftfs
 TOOLS=${POSIX_TOOLS_DIR:-/var/tmp/bftfs-posix-tools}
 OUT=${POSIX_OUT:-$BUILD/posix-external}
 FSX_OPS=${FSX_OPS:-20000}

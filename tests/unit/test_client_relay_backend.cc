@@ -15,7 +15,7 @@
 
 #include "client/relay_backend.h"
 #include "relay/relay_wire.h"
-#include "replica/unique_fd.h"
+#include "os/unique_fd.h"
 #include "test_runtime_util.h"
 
 using namespace bftfs;
@@ -65,7 +65,7 @@ relay::MountMsg read_msg(const UniqueFd& fd, relay::FrameSplitter& sp) {
 }
 
 void send_msg(const UniqueFd& fd, const relay::RelayMsg& m) {
-  const Bytes f = relay::encode_frame(m);
+  const Bytes f = relay::encode_relay_frame(m);
   REQUIRE(::send(fd.get(), f.data(), f.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(f.size()));
 }
 

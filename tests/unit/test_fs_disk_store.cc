@@ -1,4 +1,4 @@
-// The file service over the replica's disk store (replica/disk_object_store.h), in real temporary directories:
+// The file service over the replica's disk store (storage/disk_object_store.h), in real temporary directories:
 // equivalence with the in-memory store (results, digests, rollback), restart and crash consistency of the
 // index, checksum failures that are detected, never answered, and repaired by an install.
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "replica/disk_object_store.h"
+#include "storage/disk_object_store.h"
 #include "test_fs_util.h"
 #include "test_runtime_util.h"
 

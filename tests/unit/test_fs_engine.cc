@@ -31,9 +31,9 @@ class FsCluster : public bftfs::testing::EngineCluster<FsService> {
   // Orders one compound request (no cross-request predicates) and returns the file service's result, once
   // f+1 matching committed replies (or 2f+1 matching ones) arrived.
   Result submit(const std::vector<Op>& ops) {
-    const Bytes bytes = order(kClient, ++rid_, shim::encode_request({}, encode_request(bftfs::fs::Request{ops})));
+    const Bytes bytes = order(kClient, ++rid_, shim::encode_envelope({}, encode_request(bftfs::fs::Request{ops})));
     shim::ShimResult sr;
-    REQUIRE(shim::decode_result(bytes, sr));
+    REQUIRE(shim::decode_envelope_result(bytes, sr));
     REQUIRE(sr.status == shim::ShimStatus::kExecuted);
     Result r;
     REQUIRE(decode_result(sr.inner, r) == FsDecodeError::kOk);

@@ -327,7 +327,7 @@ TEST_CASE("fs runs behind the PBFT-CS shim: the largest results fit and the part
   const Bytes fill = encode_request(Request{{create(kRoot, "f"), write(Handle::result_of(0), 0, Bytes(kIoBytesMax, 5)),
                                              symlink(kRoot, "s", std::string(kSymlinkBytesMax, 'x'))}});
   shim::ShimResult sr;
-  REQUIRE(shim::decode_result(s.execute(ctx, shim::encode_request({}, fill)), sr));
+  REQUIRE(shim::decode_envelope_result(s.execute(ctx, shim::encode_envelope({}, fill)), sr));
   REQUIRE(sr.status == shim::ShimStatus::kExecuted);
   Result r;
   REQUIRE(decode_result(sr.inner, r) == FsDecodeError::kOk);
@@ -337,8 +337,8 @@ TEST_CASE("fs runs behind the PBFT-CS shim: the largest results fit and the part
   // Near the worst case: a full read, a readlink of the longest target and a long readdir in one compound.
   const Bytes big = encode_request(Request{{read(f, 0, kIoBytesMax), readlink(sl), readdir(kRoot, 0, 900)}});
   Bytes out;
-  REQUIRE(s.execute_read_only(7, shim::encode_request({}, big), out));
-  REQUIRE(shim::decode_result(out, sr));
+  REQUIRE(s.execute_read_only(7, shim::encode_envelope({}, big), out));
+  REQUIRE(shim::decode_envelope_result(out, sr));
   REQUIRE(decode_result(sr.inner, r) == FsDecodeError::kOk);
   CHECK(r.outcome == Outcome::kDone);
   CHECK(r.results[0].data.size() == kIoBytesMax);

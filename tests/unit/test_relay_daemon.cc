@@ -12,8 +12,8 @@
 #include "common/config.h"
 #include "relay/relay_daemon.h"
 #include "relay/relay_wire.h"
-#include "replica/norep_server.h"
-#include "replica/unique_fd.h"
+#include "norep/norep_server.h"
+#include "os/unique_fd.h"
 #include "services/fs/fs_codec.h"
 #include "services/fs/fs_service.h"
 #include "tests/unit/test_runtime_util.h"
@@ -84,7 +84,7 @@ class Mount {
   void send(std::initializer_list<relay::MountMsg> msgs) {
     Bytes all;
     for (const auto& m : msgs) {
-      const Bytes f = relay::encode_frame(m);
+      const Bytes f = relay::encode_relay_frame(m);
       all.insert(all.end(), f.begin(), f.end());
     }
     send_raw(all);

@@ -58,22 +58,22 @@ Bytes submit_body(std::uint8_t flags, std::uint16_t ndeps, std::uint32_t len, st
 
 TEST_CASE("every relay frame round-trips canonically", "[relay_wire]") {
   for (const MountMsg& m : every_mount_msg()) {
-    const Bytes frame = encode_frame(m);
+    const Bytes frame = encode_relay_frame(m);
     MountMsg back;
     REQUIRE(decode_mount_body(body_of(frame), back) == RelayWireError::kOk);
     CHECK(back == m);
     CHECK(frame_type(back) == frame_type(m));
-    CHECK(encode_frame(back) == frame);
+    CHECK(encode_relay_frame(back) == frame);
     // A mount frame is not a relay frame: the type spaces are disjoint.
     RelayMsg wrong;
     CHECK(decode_relay_body(body_of(frame), wrong) == RelayWireError::kUnknownType);
   }
   for (const RelayMsg& m : every_relay_msg()) {
-    const Bytes frame = encode_frame(m);
+    const Bytes frame = encode_relay_frame(m);
     RelayMsg back;
     REQUIRE(decode_relay_body(body_of(frame), back) == RelayWireError::kOk);
     CHECK(back == m);
-    CHECK(encode_frame(back) == frame);
+    CHECK(encode_relay_frame(back) == frame);
     MountMsg wrong;
     CHECK(decode_mount_body(body_of(frame), wrong) == RelayWireError::kUnknownType);
   }
@@ -90,7 +90,7 @@ TEST_CASE("a frame length of zero or above the bound breaks the stream", "[relay
 
 TEST_CASE("every truncation and every trailing byte of a valid frame is rejected", "[relay_wire]") {
   for (const MountMsg& msg : every_mount_msg()) {
-    const Bytes frame = encode_frame(msg);
+    const Bytes frame = encode_relay_frame(msg);
     const auto body = body_of(frame);
     for (std::size_t cut = 1; cut < body.size(); ++cut) {
       MountMsg m;
@@ -102,7 +102,7 @@ TEST_CASE("every truncation and every trailing byte of a valid frame is rejected
     CHECK(decode_mount_body(longer, m) == RelayWireError::kTrailingBytes);
   }
   for (const RelayMsg& msg : every_relay_msg()) {
-    const Bytes frame = encode_frame(msg);
+    const Bytes frame = encode_relay_frame(msg);
     const auto body = body_of(frame);
     for (std::size_t cut = 1; cut < body.size(); ++cut) {
       RelayMsg m;
@@ -222,7 +222,7 @@ TEST_CASE("the frame splitter yields the same frames however the stream is cut",
   Bytes stream;
   std::vector<Bytes> expected;
   for (const MountMsg& m : every_mount_msg()) {
-    const Bytes f = encode_frame(m);
+    const Bytes f = encode_relay_frame(m);
     stream.insert(stream.end(), f.begin(), f.end());
     expected.emplace_back(f.begin() + kFrameLengthBytes, f.end());
   }
@@ -248,7 +248,7 @@ TEST_CASE("the frame splitter yields the same frames however the stream is cut",
 
 TEST_CASE("a bad length breaks the splitter for good", "[relay_wire]") {
   FrameSplitter s;
-  Bytes good = encode_frame(MountMsg{Cancel{1}});
+  Bytes good = encode_relay_frame(MountMsg{Cancel{1}});
   Bytes stream = good;
   const Bytes zero{0, 0, 0, 0};
   stream.insert(stream.end(), zero.begin(), zero.end());
@@ -278,11 +278,11 @@ TEST_CASE("random bytes never crash the relay decoders", "[relay_wire]") {
     MountMsg m;
     RelayMsg r;
     if (decode_mount_body(b, m) == RelayWireError::kOk) {
-      const Bytes again = encode_frame(m);
+      const Bytes again = encode_relay_frame(m);
       CHECK(Bytes(again.begin() + kFrameLengthBytes, again.end()) == b);
     }
     if (decode_relay_body(b, r) == RelayWireError::kOk) {
-      const Bytes again = encode_frame(r);
+      const Bytes again = encode_relay_frame(r);
       CHECK(Bytes(again.begin() + kFrameLengthBytes, again.end()) == b);
     }
   }

@@ -7,7 +7,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "replica/client_runtime.h"
+#include "runtime/client_runtime.h"
 #include "replica/replica_runtime.h"
 #include "services/counter_service.h"
 #include "tests/unit/test_runtime_util.h"

@@ -1,5 +1,5 @@
 // Four real replicas running the file service behind the PBFT-CS shim, each with its state in the disk store of
-// its data directory (replica/disk_object_store.h), on loopback TCP in this process; a PBFT client submits
+// its data directory (storage/disk_object_store.h), on loopback TCP in this process; a PBFT client submits
 // file-service requests. Shows the two storage must-shows end to end:
 //   - a block corrupted on one replica's disk is detected, no client ever reads it, and that replica repairs it
 //     from the others (its checksums verify again);
@@ -13,8 +13,8 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "replica/client_runtime.h"
-#include "replica/disk_object_store.h"
+#include "runtime/client_runtime.h"
+#include "storage/disk_object_store.h"
 #include "replica/replica_runtime.h"
 #include "services/fs/fs_codec.h"
 #include "services/fs/fs_service.h"
@@ -86,11 +86,11 @@ class FsClient {
 
   fs::Result call(const std::vector<fs::Op>& ops, bool read_only = false) {
     std::optional<Bytes> out;
-    client_->submit(shim::encode_request({}, fs::encode_request(fs::Request{ops})), read_only,
+    client_->submit(shim::encode_envelope({}, fs::encode_request(fs::Request{ops})), read_only,
                     [&](const Completion& c) { out = c.result; });
     REQUIRE(run_until(base_.get(), [&] { return out.has_value(); }, 20000));
     shim::ShimResult sr;
-    REQUIRE(shim::decode_result(*out, sr));
+    REQUIRE(shim::decode_envelope_result(*out, sr));
     REQUIRE(sr.status == shim::ShimStatus::kExecuted);
     fs::Result r;
     REQUIRE(fs::decode_result(sr.inner, r) == fs::FsDecodeError::kOk);

@@ -7,7 +7,7 @@
 
 #include "common/config.h"
 #include "protocol/wire.h"
-#include "replica/transport.h"
+#include "runtime/transport.h"
 #include "services/counter_service.h"
 #include "tests/unit/test_runtime_util.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "replica/event_raii.h"
+#include "runtime/event_raii.h"
 
 namespace bftfs::testing {
 

@@ -1,4 +1,4 @@
-// WAN emulation (replica/wan.h, the delay links of replica/transport.h): the spec's parsers accept exactly the
+// WAN emulation (runtime/wan.h, the delay links of runtime/transport.h): the spec's parsers accept exactly the
 // documented syntax, frames between sites arrive in order and never before the delay (each direction delayed
 // once), frames within a site are not delayed, the links drop past their bound, and a delayed frame for a node
 // without a connection is parked as an undelayed one would be. Nothing here asserts an upper bound on time.
@@ -6,9 +6,9 @@
 
 #include "common/config.h"
 #include "protocol/wire.h"
-#include "replica/clock.h"
-#include "replica/transport.h"
-#include "replica/wan.h"
+#include "os/clock.h"
+#include "runtime/transport.h"
+#include "runtime/wan.h"
 #include "tests/unit/test_runtime_util.h"
 
 using namespace bftfs;

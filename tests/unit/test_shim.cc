@@ -41,26 +41,26 @@ TEST_CASE("envelope request round-trips with and without dependencies", "[shim]"
         req.deps.push_back(Dependency{0x0102030405060708ull + i, digest_with(static_cast<std::uint8_t>(i))});
       }
       req.op = op;
-      const Bytes bytes = encode_request(req);
+      const Bytes bytes = encode_envelope(req);
       CHECK(bytes.size() == kRequestHeaderBytes + deps * kDependencyBytes + op.size());
       ShimRequest back;
-      REQUIRE(decode_request(bytes, back) == DecodeError::kOk);
+      REQUIRE(decode_envelope(bytes, back) == EnvelopeError::kOk);
       CHECK(back == req);
       // The span form gives the same and views the op in place.
       std::vector<Dependency> dv;
       std::span<const std::uint8_t> view;
-      REQUIRE(decode_request(bytes, dv, view) == DecodeError::kOk);
+      REQUIRE(decode_envelope(bytes, dv, view) == EnvelopeError::kOk);
       CHECK(dv == req.deps);
       CHECK(Bytes(view.begin(), view.end()) == op);
       if (!op.empty()) CHECK(view.data() == bytes.data() + bytes.size() - op.size());
       // Both encoders agree.
-      CHECK(encode_request(req.deps, req.op) == bytes);
+      CHECK(encode_envelope(req.deps, req.op) == bytes);
     }
   }
 }
 
 TEST_CASE("envelope request wire form is little-endian with the documented layout", "[shim]") {
-  const Bytes bytes = encode_request(std::vector<Dependency>{{0x1122334455667788ull, digest_with(0xAB)}}, Bytes{0xEE});
+  const Bytes bytes = encode_envelope(std::vector<Dependency>{{0x1122334455667788ull, digest_with(0xAB)}}, Bytes{0xEE});
   REQUIRE(bytes.size() == 4 + 40 + 1);
   CHECK(bytes[0] == kEnvelopeVersion);
   CHECK(bytes[1] == 0);     // flags
@@ -74,27 +74,27 @@ TEST_CASE("envelope request wire form is little-endian with the documented layou
 }
 
 TEST_CASE("envelope decode reports every error precisely", "[shim]") {
-  const Bytes good = encode_request(std::vector<Dependency>{{7, digest_with(1)}, {9, digest_with(2)}}, Bytes{1, 2});
+  const Bytes good = encode_envelope(std::vector<Dependency>{{7, digest_with(1)}, {9, digest_with(2)}}, Bytes{1, 2});
   ShimRequest out;
-  REQUIRE(decode_request(good, out) == DecodeError::kOk);
+  REQUIRE(decode_envelope(good, out) == EnvelopeError::kOk);
 
   SECTION("shorter than the header") {
     for (std::size_t len = 0; len < kRequestHeaderBytes; ++len) {
-      CHECK(decode_request(std::span(good).first(len), out) == DecodeError::kTooShort);
+      CHECK(decode_envelope(std::span(good).first(len), out) == EnvelopeError::kTooShort);
     }
   }
   SECTION("a version other than 1") {
     for (std::uint8_t v : {std::uint8_t{0}, std::uint8_t{2}, std::uint8_t{255}}) {
       Bytes bad = good;
       bad[0] = v;
-      CHECK(decode_request(bad, out) == DecodeError::kBadVersion);
+      CHECK(decode_envelope(bad, out) == EnvelopeError::kBadVersion);
     }
   }
   SECTION("any flag bit set") {
     for (int bit = 0; bit < 8; ++bit) {
       Bytes bad = good;
       bad[1] = static_cast<std::uint8_t>(1u << bit);
-      CHECK(decode_request(bad, out) == DecodeError::kBadFlags);
+      CHECK(decode_envelope(bad, out) == EnvelopeError::kBadFlags);
     }
   }
   SECTION("more dependencies than kDependenciesMax, even with the bytes present") {
@@ -103,17 +103,17 @@ TEST_CASE("envelope decode reports every error precisely", "[shim]") {
     bad[2] = static_cast<std::uint8_t>(count & 0xFF);
     bad[3] = static_cast<std::uint8_t>(count >> 8);
     bad.resize(bad.size() + count * kDependencyBytes, 0);
-    CHECK(decode_request(bad, out) == DecodeError::kTooManyDependencies);
+    CHECK(decode_envelope(bad, out) == EnvelopeError::kTooManyDependencies);
     bad[2] = 0xFF;
     bad[3] = 0xFF;
-    CHECK(decode_request(bad, out) == DecodeError::kTooManyDependencies);
+    CHECK(decode_envelope(bad, out) == EnvelopeError::kTooManyDependencies);
   }
   SECTION("a dependency list that runs past the end") {
     // Every cut inside the two dependencies; cuts in the op are valid requests with a shorter op.
     for (std::size_t len = kRequestHeaderBytes; len < kRequestHeaderBytes + 2 * kDependencyBytes; ++len) {
-      CHECK(decode_request(std::span(good).first(len), out) == DecodeError::kTruncatedDependencies);
+      CHECK(decode_envelope(std::span(good).first(len), out) == EnvelopeError::kTruncatedDependencies);
     }
-    CHECK(decode_request(std::span(good).first(kRequestHeaderBytes + 2 * kDependencyBytes), out) == DecodeError::kOk);
+    CHECK(decode_envelope(std::span(good).first(kRequestHeaderBytes + 2 * kDependencyBytes), out) == EnvelopeError::kOk);
     CHECK(out.op.empty());
   }
   SECTION("the checks run in header order: version before flags before count") {
@@ -121,17 +121,17 @@ TEST_CASE("envelope decode reports every error precisely", "[shim]") {
     bad[0] = 9;
     bad[1] = 1;
     bad[2] = 0xFF;
-    CHECK(decode_request(bad, out) == DecodeError::kBadVersion);
+    CHECK(decode_envelope(bad, out) == EnvelopeError::kBadVersion);
     bad[0] = kEnvelopeVersion;
-    CHECK(decode_request(bad, out) == DecodeError::kBadFlags);
+    CHECK(decode_envelope(bad, out) == EnvelopeError::kBadFlags);
   }
 }
 
 TEST_CASE("envelope decode errors and statuses have names", "[shim]") {
-  for (DecodeError e : {DecodeError::kOk, DecodeError::kTooShort, DecodeError::kBadVersion, DecodeError::kBadFlags,
-                        DecodeError::kTooManyDependencies, DecodeError::kTruncatedDependencies}) {
+  for (EnvelopeError e : {EnvelopeError::kOk, EnvelopeError::kTooShort, EnvelopeError::kBadVersion, EnvelopeError::kBadFlags,
+                        EnvelopeError::kTooManyDependencies, EnvelopeError::kTruncatedDependencies}) {
     CHECK_FALSE(to_string(e).empty());
-    CHECK(to_string(e) != to_string(static_cast<DecodeError>(200)));
+    CHECK(to_string(e) != to_string(static_cast<EnvelopeError>(200)));
   }
   for (std::uint8_t s = 0; s <= kShimStatusMax; ++s) {
     CHECK(to_string(static_cast<ShimStatus>(s)) != to_string(static_cast<ShimStatus>(kShimStatusMax + 1)));
@@ -144,36 +144,36 @@ TEST_CASE("envelope decode errors and statuses have names", "[shim]") {
 
 TEST_CASE("envelope result round-trips and rejects what no shim returns", "[shim]") {
   ShimResult r;
-  const Bytes executed = encode_result(ShimStatus::kExecuted, Bytes{4, 5, 6});
+  const Bytes executed = encode_envelope_result(ShimStatus::kExecuted, Bytes{4, 5, 6});
   CHECK(executed == Bytes{0, 4, 5, 6});
-  REQUIRE(decode_result(executed, r));
+  REQUIRE(decode_envelope_result(executed, r));
   CHECK(r == ShimResult{ShimStatus::kExecuted, Bytes{4, 5, 6}});
-  REQUIRE(decode_result(encode_result(ShimStatus::kExecuted, {}), r));
+  REQUIRE(decode_envelope_result(encode_envelope_result(ShimStatus::kExecuted, {}), r));
   CHECK(r == ShimResult{ShimStatus::kExecuted, {}});
   for (ShimStatus s : {ShimStatus::kRetryPredicateFailed, ShimStatus::kRetryDependencyUnknown, ShimStatus::kMalformed}) {
-    const Bytes bytes = encode_result(s, {});
+    const Bytes bytes = encode_envelope_result(s, {});
     CHECK(bytes.size() == kResultHeaderBytes);
-    REQUIRE(decode_result(bytes, r));
+    REQUIRE(decode_envelope_result(bytes, r));
     CHECK(r == ShimResult{s, {}});
     Bytes trailing = bytes;
     trailing.push_back(0);
-    CHECK_FALSE(decode_result(trailing, r));
+    CHECK_FALSE(decode_envelope_result(trailing, r));
   }
-  CHECK_FALSE(decode_result(Bytes{}, r));
-  CHECK_FALSE(decode_result(Bytes{kShimStatusMax + 1}, r));
-  CHECK_FALSE(decode_result(Bytes{0xFF, 1}, r));
+  CHECK_FALSE(decode_envelope_result(Bytes{}, r));
+  CHECK_FALSE(decode_envelope_result(Bytes{kShimStatusMax + 1}, r));
+  CHECK_FALSE(decode_envelope_result(Bytes{0xFF, 1}, r));
 }
 
 TEST_CASE("envelope decode never fails other than by an error on arbitrary bytes", "[shim]") {
   // A small deterministic sweep (the fuzz target does the rest): prefixes of valid requests with every byte
   // position flipped, decoded without crashing, and an accepted one re-encodes to the same bytes.
-  const Bytes good = encode_request(std::vector<Dependency>{{1, digest_with(3)}, {2, digest_with(4)}}, Bytes{9, 8, 7});
+  const Bytes good = encode_envelope(std::vector<Dependency>{{1, digest_with(3)}, {2, digest_with(4)}}, Bytes{9, 8, 7});
   for (std::size_t i = 0; i < good.size(); ++i) {
     for (std::uint8_t flip : {std::uint8_t{0x01}, std::uint8_t{0x80}, std::uint8_t{0xFF}}) {
       Bytes mutated = good;
       mutated[i] ^= flip;
       ShimRequest out;
-      if (decode_request(mutated, out) == DecodeError::kOk) CHECK(encode_request(out) == mutated);
+      if (decode_envelope(mutated, out) == EnvelopeError::kOk) CHECK(encode_envelope(out) == mutated);
     }
   }
 }
@@ -203,8 +203,8 @@ Outcome run(Shim& s, std::uint64_t seq, NodeId client, std::uint64_t request_id,
             const Bytes& op) {
   const ExecContext ctx{seq, client, request_id, 1000 + seq};
   Outcome o;
-  o.bytes = s.execute(ctx, encode_request(deps, op));
-  REQUIRE(decode_result(o.bytes, o.result));
+  o.bytes = s.execute(ctx, encode_envelope(deps, op));
+  REQUIRE(decode_envelope_result(o.bytes, o.result));
   if (o.result.status == ShimStatus::kExecuted) REQUIRE(parse_counter_result(o.result.inner, o.counter));
   return o;
 }
@@ -378,7 +378,7 @@ TEST_CASE("shim propagates a failed speculation through the log: t1 mispredicted
   REQUIRE(t1.status() == ShimStatus::kExecuted);
   // The client speculated on a wrong reply for t1 and issued t2 on it, then t3 predicting t2's success (the
   // digest of the executed reply it speculated on). Only direct dependencies are listed.
-  const Bytes predicted_t2 = encode_result(ShimStatus::kExecuted, Bytes(17, 0x42));
+  const Bytes predicted_t2 = encode_envelope_result(ShimStatus::kExecuted, Bytes(17, 0x42));
   const Outcome t2 = run(r.shim, 2, 5, 2, {{1, wrong_digest()}}, counter_increment_op(12345));
   CHECK(t2.status() == ShimStatus::kRetryPredicateFailed);
   const Outcome t3 = run(r.shim, 3, 5, 3, {{2, digest_of(predicted_t2)}}, counter_increment_op(67890));
@@ -455,7 +455,7 @@ TEST_CASE("shim malformed ops are deterministic no-ops that are logged", "[shim]
   SpecClient c(5);
   c.increment(a.shim, 1);
   const Digest before = a.shim.checkpoint(1).digest;
-  const Bytes malformed = encode_result(ShimStatus::kMalformed, {});
+  const Bytes malformed = encode_envelope_result(ShimStatus::kMalformed, {});
   std::uint64_t rid = 10;
   const std::vector<Bytes> ops = {Bytes{}, Bytes{1, 0, 0}, Bytes{2, 0, 0, 0}, Bytes{1, 1, 0, 0},
                                   Bytes{1, 0, 1, 0}, Bytes{1, 0, 0xFF, 0xFF}};
@@ -485,17 +485,17 @@ TEST_CASE("shim read-only: only a request without dependencies is optimized, and
   SpecClient c(5);
   const Outcome o1 = c.increment(r.shim, 1);
   Bytes out;
-  REQUIRE(r.shim.execute_read_only(5, encode_request({}, counter_read_op()), out));
+  REQUIRE(r.shim.execute_read_only(5, encode_envelope({}, counter_read_op()), out));
   ShimResult res;
-  REQUIRE(decode_result(out, res));
+  REQUIRE(decode_envelope_result(out, res));
   CHECK(res.status == ShimStatus::kExecuted);
   CounterResult cr;
   REQUIRE(parse_counter_result(res.inner, cr));
   CHECK(cr.value == 1);
   // With a dependency (even one that holds), never optimized: §3.3.
-  CHECK_FALSE(r.shim.execute_read_only(5, encode_request(std::vector<Dependency>{{1, o1.digest()}}, counter_read_op()), out));
+  CHECK_FALSE(r.shim.execute_read_only(5, encode_envelope(std::vector<Dependency>{{1, o1.digest()}}, counter_read_op()), out));
   // Not read-only for the counter, or not an envelope: the client falls back to ordering.
-  CHECK_FALSE(r.shim.execute_read_only(5, encode_request({}, counter_increment_op(c.token)), out));
+  CHECK_FALSE(r.shim.execute_read_only(5, encode_envelope({}, counter_increment_op(c.token)), out));
   CHECK_FALSE(r.shim.execute_read_only(5, counter_read_op(), out));
   CHECK_FALSE(r.shim.execute_read_only(5, Bytes{}, out));
   CHECK(r.shim.logged_entries(5) == 1);
@@ -804,9 +804,9 @@ TEST_CASE("shim over the null service: any inner service with its own partition 
   Shim s(null, nullptr);
   CHECK(s.partition_count() == null.partition_count() + kShimPartitions);
   const ExecContext ctx{1, 5, 1, 0};
-  const Bytes out = s.execute(ctx, encode_request({}, null_op(8, 3)));
+  const Bytes out = s.execute(ctx, encode_envelope({}, null_op(8, 3)));
   ShimResult res;
-  REQUIRE(decode_result(out, res));
+  REQUIRE(decode_envelope_result(out, res));
   CHECK(res.status == ShimStatus::kExecuted);
   CHECK(res.inner == Bytes(3, 0));
   const CheckpointId id = s.checkpoint(1);
@@ -821,12 +821,12 @@ TEST_CASE("shim over the null service: a client asking for the largest result ne
   Bytes too_big;
   ByteWriter w(too_big);
   w.u32(kResultBytesMax);
-  const Bytes out = s.execute(ExecContext{1, 5, 1, 0}, encode_request({}, too_big));
+  const Bytes out = s.execute(ExecContext{1, 5, 1, 0}, encode_envelope({}, too_big));
   ShimResult res;
-  REQUIRE(decode_result(out, res));
+  REQUIRE(decode_envelope_result(out, res));
   CHECK(res.status == ShimStatus::kExecuted);
   CHECK(res.inner.empty());  // the null service's answer to a malformed op
-  const Bytes largest = s.execute(ExecContext{2, 5, 2, 0}, encode_request({}, null_op(8, kNullResultBytesMax)));
+  const Bytes largest = s.execute(ExecContext{2, 5, 2, 0}, encode_envelope({}, null_op(8, kNullResultBytesMax)));
   CHECK(largest.size() == kNullResultBytesMax + kResultHeaderBytes);
   CHECK(largest.size() <= kResultBytesMax);
 }

@@ -42,9 +42,9 @@ struct Speculator {
   ShimResult increment(ShimCluster& c, std::optional<Digest> predicted = std::nullopt) {
     std::vector<Dependency> deps;
     if (last) deps.push_back(Dependency{last->request_id, predicted.value_or(last->result_digest)});
-    const Bytes bytes = c.order(id, ++rid, encode_request(deps, counter_increment_op(token)));
+    const Bytes bytes = c.order(id, ++rid, encode_envelope(deps, counter_increment_op(token)));
     ShimResult res;
-    REQUIRE(decode_result(bytes, res));
+    REQUIRE(decode_envelope_result(bytes, res));
     if (res.status == ShimStatus::kExecuted) {
       CounterResult cr;
       REQUIRE(parse_counter_result(res.inner, cr));

@@ -58,7 +58,7 @@ Completion completion(std::uint64_t rid, const Bytes& result) {
 
 // A shim result envelope around a counter result.
 Bytes shim_counter_result(std::uint64_t value, std::uint64_t token) {
-  return shim::encode_result(shim::ShimStatus::kExecuted, counter_result(0, value, token));
+  return shim::encode_envelope_result(shim::ShimStatus::kExecuted, counter_result(0, value, token));
 }
 
 // A final record of an enveloped increment with `deps`, executed (status kExecuted) or made a no-op.
@@ -67,7 +67,7 @@ ExecRecord shim_exec(std::uint64_t seq, NodeId client, std::uint64_t rid, const 
   ExecRecord r = exec(seq, client, rid, result);
   r.enveloped = true;
   shim::ShimResult sr;
-  REQUIRE(shim::decode_result(result, sr));
+  REQUIRE(shim::decode_envelope_result(result, sr));
   r.shim_status = sr.status;
   r.deps = std::move(deps);
   return r;
@@ -239,7 +239,7 @@ TEST_CASE("checker catches an agreed increment that no client accepted", "[sim][
 TEST_CASE("checker follows predicates through the agreed history", "[sim][checker][shim]") {
   const Bytes a = shim_counter_result(1, 11);
   const Bytes lie = shim_counter_result(1, 99);  // what a lying primary said request 1 returned
-  const Bytes retry_failed = shim::encode_result(shim::ShimStatus::kRetryPredicateFailed, {});
+  const Bytes retry_failed = shim::encode_envelope_result(shim::ShimStatus::kRetryPredicateFailed, {});
   SECTION("a request predicated on the agreed result executes; one predicated on a lie is a no-op") {
     Checker ch(true, true);
     ch.on_submit(4, 1, OpKind::kIncrement, 1);
@@ -326,11 +326,11 @@ TEST_CASE("recording service audits the shim below it", "[sim][recording][shim]"
   const Bytes inc = counter_increment_op(counter_initial_token(client));
   SECTION("a correct shim passes, and its records carry the decisions") {
     RecordingService rec(shim, &shim, &probe);
-    const Bytes r1 = rec.execute(ExecContext{1, client, 1, 0}, shim::encode_request({}, inc));
+    const Bytes r1 = rec.execute(ExecContext{1, client, 1, 0}, shim::encode_envelope({}, inc));
     const std::vector<shim::Dependency> wrong = {{1, digest_of(Bytes{1})}};
-    const Bytes r2 = rec.execute(ExecContext{2, client, 2, 0}, shim::encode_request(wrong, inc));
+    const Bytes r2 = rec.execute(ExecContext{2, client, 2, 0}, shim::encode_envelope(wrong, inc));
     const std::vector<shim::Dependency> unknown = {{7, digest_of(r1)}};
-    rec.execute(ExecContext{3, client, 3, 0}, shim::encode_request(unknown, inc));
+    rec.execute(ExecContext{3, client, 3, 0}, shim::encode_envelope(unknown, inc));
     rec.execute(ExecContext{3, client, 4, 0}, Bytes{9, 9});
     CHECK(probe.executions() == 1);
     rec.commit_through(3);
@@ -351,15 +351,15 @@ TEST_CASE("recording service audits the shim below it", "[sim][recording][shim]"
     CounterService other_counter(&other_store);
     shim::Shim other(other_counter, &other_store, shim::ShimOptions{64, 8});
     RecordingService rec(shim, &other, &probe);
-    const Bytes r1 = rec.execute(ExecContext{1, client, 1, 0}, shim::encode_request({}, inc));
+    const Bytes r1 = rec.execute(ExecContext{1, client, 1, 0}, shim::encode_envelope({}, inc));
     CHECK(rec.contract_error().empty());  // `other` does not log this client at all: allowed (shim.h limits)
     CounterResult cr;
     shim::ShimResult sr;
-    REQUIRE(shim::decode_result(r1, sr));
+    REQUIRE(shim::decode_envelope_result(r1, sr));
     REQUIRE(parse_counter_result(sr.inner, cr));
     const std::vector<shim::Dependency> deps = {{1, digest_of(r1)}};
     RecordingService fresh(shim, &other, &probe);
-    fresh.execute(ExecContext{2, client, 2, 0}, shim::encode_request(deps, counter_increment_op(cr.next_token)));
+    fresh.execute(ExecContext{2, client, 2, 0}, shim::encode_envelope(deps, counter_increment_op(cr.next_token)));
     CHECK(fresh.contract_error().find("shim decision") != std::string::npos);
   }
 }

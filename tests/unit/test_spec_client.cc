@@ -31,7 +31,7 @@ const Keys& keys() {
   return k;
 }
 
-Bytes executed(const Bytes& inner) { return shim::encode_result(shim::ShimStatus::kExecuted, inner); }
+Bytes executed(const Bytes& inner) { return shim::encode_envelope_result(shim::ShimStatus::kExecuted, inner); }
 
 struct Fixture {
   explicit Fixture(SpecClientOptions o = {}) : crypto(kSelf, keys().sec.at(kSelf), keys().pub), options(o) {
@@ -65,7 +65,7 @@ struct Fixture {
     for (const Send& s : client->take_effects().sends) {
       const auto& r = std::get<Request>(s.message);
       shim::ShimRequest sr;
-      REQUIRE(shim::decode_request(r.op, sr) == shim::DecodeError::kOk);
+      REQUIRE(shim::decode_envelope(r.op, sr) == shim::EnvelopeError::kOk);
       deps = sr.deps;
     }
     return deps;
@@ -170,7 +170,7 @@ TEST_CASE("spec client: what relies on a mispredicted reply is doomed and gets n
   CHECK(fx.client->take_events().empty());
   CHECK(fx.client->stats().first_withheld_doomed == 1);
   // The replicas turn b and c into no-ops: b's first reply was delivered, so it rolls back; c commits a retry.
-  const Bytes retry = shim::encode_result(shim::ShimStatus::kRetryPredicateFailed, {});
+  const Bytes retry = shim::encode_envelope_result(shim::ShimStatus::kRetryPredicateFailed, {});
   fx.consensus(b, retry);
   fx.consensus(c, retry);
   ev = fx.client->take_events();

@@ -1,4 +1,4 @@
-// The replica's write-ahead log (replica/wal.h): round trip, group commit, preallocated segments (the end of
+// The replica's write-ahead log (storage/wal.h): round trip, group commit, preallocated segments (the end of
 // the log is found by the records, not the file size), torn tails, corruption, seals, roll-over, compaction,
 // and logs written by the format-1 (unpreallocated) version.
 #include <dirent.h>
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "common/log.h"
-#include "replica/crc32c.h"
-#include "replica/wal.h"
+#include "storage/crc32c.h"
+#include "storage/wal.h"
 
 using namespace bftfs;
 
