@@ -19,7 +19,7 @@ void FuseClient::Impl::getattr(fuse_req_t req, FuseIno id) {
   const auto s = table.snapshot(id);
   if (!s) return (void)freply_err(req, ESTALE);
   InterruptScope scope(req, table, stopping);
-  // Our own writes in flight: their size is in the overlay, but their mtime, ctime and blocks are the
+  // Our own writes in flight: the node table has their size, but their mtime, ctime and blocks are the
   // service's (agreed time) and known only once they are final. stat after write must show them, so wait.
   if (s->has_pending) kick_writes(id, stats.stage_sends_getattr);
   if (s->has_pending && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
