@@ -1,12 +1,13 @@
 // The FUSE daemon (libfuse3 low-level API, multithreaded): turns kernel requests into file-service requests
-// through a Backend and keeps the client cache (client/node_table.h).
+// through a Backend and keeps the table of the nodes the kernel holds (client/node_table.h). Its
+// implementation is spread over files of one concern each; client/fuse_client_impl.h maps them.
 //
 // Semantics (docs/CLIENT.md has the argument for each):
 // - Close-to-open consistency: open() revalidates attributes with a GETATTR and lets the kernel keep its page
 //   cache only if mtime and size are what this client last saw; flush/close makes every write final first.
 //   Attributes and entries are cached by the kernel for the attr/entry timeouts (like NFS actimeo).
 // - Writes are write-behind: write() is answered at once and sent in order; flush, fsync and release wait for
-//   them and report their first error. Reads and getattr see this client's own pending writes.
+//   them and report their first error. Reads and getattr wait for this client's writes in flight.
 // - No FUSE writeback cache: with it the kernel would own i_size and mtime and flush dirty pages whenever it
 //   likes, so another client's change could be overwritten by stale pages and close would not mean durable.
 // - Permissions: the kernel checks them with the cached attributes (default_permissions), and every op also

@@ -38,8 +38,8 @@ NodeSnapshot NodeTable::snap(const Node& n) const {
   s.id = n.id;
   s.handle = n.handle;
   s.attr = n.attr;
-  // Overlay: our writes in flight extend the file (a read or stat must see its own writes).
-  if (n.overlay_end > s.attr.size) s.attr.size = n.overlay_end;
+  // Our writes in flight extend the file (a read or stat must see its own writes).
+  if (n.in_flight_end > s.attr.size) s.attr.size = n.in_flight_end;
   // The hidden name of a silly-renamed file is not a link the user made: unlink() already removed theirs.
   if (n.silly && s.attr.nlink > 0) s.attr.nlink -= 1;
   s.has_pending = n.writes_in_flight > 0;
@@ -148,7 +148,7 @@ void NodeTable::write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t 
   n->bytes_in_flight += len;
   pending_bytes_ += len;
   const std::uint64_t end = append ? n->attr.size + len : offset + len;
-  n->overlay_end = std::max(n->overlay_end, end);
+  n->in_flight_end = std::max(n->in_flight_end, end);
 }
 
 void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
@@ -164,7 +164,7 @@ void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t l
     n->writes_in_flight -= 1;
     n->bytes_in_flight -= len;
     pending_bytes_ -= len;
-    if (n->writes_in_flight == 0) n->overlay_end = 0;  // the committed layer now holds every effect
+    if (n->writes_in_flight == 0) n->in_flight_end = 0;  // the attributes now hold every effect
     if (err != 0 && n->write_error == 0) n->write_error = err;
     if (attr && seq >= n->attr_seq) {
       n->attr = *attr;

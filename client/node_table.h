@@ -1,11 +1,16 @@
-// The client's cache of file-service objects, independent of FUSE so that it can be unit-tested.
-//
-// Layering (../shared/notes/speculation-constraints.md): every node keeps a *committed* layer -- the newest
-// attributes a final (consensus) result gave us, ordered by the local sequence number of the request that
-// returned them -- and on top of it the *overlay* of this client's mutations that are submitted but not yet
-// final (today: asynchronous writes). What callers see is committed + overlay (effective_attr). The speculation
-// issue adds epochs as further discardable overlays; dropping an overlay leaves the committed layer intact,
-// which is what a rollback needs.
+// The client's table of the objects the kernel holds (FUSE nodes), independent of FUSE so that it can be
+// unit-tested. It holds no names, no directory contents and no file data. Per node it keeps:
+// - identity: the FUSE node id of one (ino, generation) and the kernel's lookup count;
+// - attributes: the newest a final result gave, ordered by the local sequence number of the request that
+//   returned them (an older result never overwrites a newer one), and when they arrived (getattr answers from
+//   them for up to attr_timeout: docs/CLIENT.md "Caching");
+// - writes in flight: how many and how many bytes (write-behind), the largest end offset among them, which
+//   raises the size callers see until they are final, and the first error one of them got (flush and fsync
+//   report it once);
+// - opens: how many, the data version (mtime, size) the kernel's page cache was filled from (close-to-open
+//   decides with it whether the pages stay), and the hidden name of a file removed while referenced.
+// What callers see (snapshot) is the attributes with the size raised to the end of the writes in flight and
+// the hidden name's link not counted.
 //
 // FUSE node ids are ours, not the service's inode numbers: inode numbers are reused with a new generation, and
 // a kernel may still hold the old (ino, generation) when the new one appears. One node id per (ino,
@@ -49,7 +54,7 @@ struct SillyName {
 struct NodeSnapshot {
   FuseIno id = 0;
   fs::Handle handle;
-  fs::Attr attr;            // effective: committed + overlay (and nlink without the hidden silly name)
+  fs::Attr attr;            // the last final attributes, size raised by writes in flight, nlink without a silly name
   bool has_pending = false;  // asynchronous writes in flight
   std::uint32_t opens = 0;
   // When the committed attributes arrived in a final result (the client's attribute cache: docs/CLIENT.md).
@@ -66,7 +71,7 @@ class NodeTable {
 
   // ---- identity and lookup counts (FUSE lookup/forget protocol) ----
   // The node of attr's (ino, generation), created if new; its kernel lookup count grows by one (every reply
-  // that gives the kernel an entry must call this exactly once). Updates the committed layer with `attr` if
+  // that gives the kernel an entry must call this exactly once). Updates the node's attributes with `attr` if
   // `seq` is not older than what it holds.
   FuseIno remember(const fs::Attr& attr, std::uint64_t seq);
   // The kernel dropped `n` references. Returns true if the node is gone. If that was the node's last
@@ -81,12 +86,12 @@ class NodeTable {
   std::size_t size() const;
   std::uint64_t lookups(FuseIno id) const;
 
-  // ---- committed layer ----
+  // ---- attributes from final results ----
   // A final result carried `attr` for this node, from the request numbered `seq` (numbers grow in submission
   // order; an older one never overwrites a newer one).
   void update_attr(const fs::Attr& attr, std::uint64_t seq);
 
-  // ---- overlay: asynchronous writes ----
+  // ---- writes in flight (write-behind) ----
   // A write of [offset, offset + len) was submitted (`append`: at the end, offset unknown until final).
   void write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t len, bool append);
   // It became final: `err` its errno (0 ok); attr/seq the committed attributes it returned (when err == 0).
@@ -142,13 +147,13 @@ class NodeTable {
     FuseIno id = 0;
     fs::Handle handle;
     std::uint64_t nlookup = 0;
-    fs::Attr attr;              // committed layer
+    fs::Attr attr;              // from the newest final result (by attr_seq)
     std::uint64_t attr_seq = 0;
     std::chrono::steady_clock::time_point attr_time{};  // when `attr` arrived
-    // overlay
+    // writes in flight
     std::uint64_t writes_in_flight = 0;
     std::uint64_t bytes_in_flight = 0;
-    std::uint64_t overlay_end = 0;  // the largest end offset of a write in flight (0 if none)
+    std::uint64_t in_flight_end = 0;  // the largest end offset of a write in flight (0 if none)
     std::uint32_t write_error = 0;
     // opens
     std::uint32_t opens = 0;

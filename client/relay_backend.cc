@@ -115,6 +115,12 @@ std::string RelayBackend::describe() const {
   return out.str();
 }
 
+void RelayBackend::drain_wake() {
+  char buf[64];
+  while (::read(wake_read_.get(), buf, sizeof(buf)) > 0) {
+  }
+}
+
 void RelayBackend::run() {
   int backoff_ms = kBackoffMsMin;
   bool warned = false;
@@ -138,9 +144,7 @@ void RelayBackend::run() {
     // Sleep, but wake for stop.
     pollfd p{wake_read_.get(), POLLIN, 0};
     (void)::poll(&p, 1, backoff_ms);
-    char buf[64];
-    while (::read(wake_read_.get(), buf, sizeof(buf)) > 0) {
-    }
+    drain_wake();
     backoff_ms = std::min(backoff_ms * 2, kBackoffMsMax);
   }
 }
@@ -156,26 +160,7 @@ void RelayBackend::serve_connection(int fd) {
     connections_ += 1;
   }
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return;
-      if (ready) {
-        // New submissions and cancellations go out in the order they were made.
-        for (const std::uint64_t tag : to_cancel_) append(out, relay::encode_relay_frame(relay::MountMsg{relay::Cancel{tag}}));
-        to_cancel_.clear();
-        for (const std::uint64_t tag : to_send_) {
-          auto it = inflight_.find(tag);
-          if (it == inflight_.end()) continue;  // cancelled before it went out
-          relay::Submit s;
-          s.tag = tag;
-          s.flags = it->second.flags;
-          s.deps = it->second.deps;
-          s.request = it->second.request;
-          append(out, relay::encode_relay_frame(relay::MountMsg{std::move(s)}));
-        }
-        to_send_.clear();
-      }
-    }
+    if (!take_outgoing(ready, out)) return;
     pollfd p[2] = {{fd, static_cast<short>(POLLIN | (out_pos < out.size() ? POLLOUT : 0)), 0},
                    {wake_read_.get(), POLLIN, 0}};
     if (::poll(p, 2, -1) < 0) {
@@ -183,69 +168,98 @@ void RelayBackend::serve_connection(int fd) {
       LOG_WARN("", "relay backend: poll: %s", std::strerror(errno));
       return;
     }
-    if ((p[1].revents & POLLIN) != 0) {
-      char buf[64];
-      while (::read(wake_read_.get(), buf, sizeof(buf)) > 0) {
-      }
-    }
-    if ((p[0].revents & POLLOUT) != 0 && out_pos < out.size()) {
-      const ssize_t n = ::send(fd, out.data() + out_pos, out.size() - out_pos, MSG_NOSIGNAL);
-      if (n < 0 && errno != EAGAIN && errno != EINTR) {
-        LOG_WARN("", "relay backend: send: %s; reconnecting", std::strerror(errno));
-        return;
-      }
-      if (n > 0) out_pos += static_cast<std::size_t>(n);
-      if (out_pos == out.size()) {
-        out.clear();
-        out_pos = 0;
-      }
-    }
-    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-      std::uint8_t buf[65536];
-      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        LOG_WARN("", "relay backend: connection to %s closed; reconnecting", path_.c_str());
-        std::lock_guard<std::mutex> lock(mu_);
-        ready_ = false;
-        return;
-      }
-      if (n > 0) splitter.append(std::span<const std::uint8_t>(buf, static_cast<std::size_t>(n)));
-      for (;;) {
-        Bytes body;
-        relay::RelayWireError why = relay::RelayWireError::kOk;
-        const auto next = splitter.next(body, why);
-        if (next == relay::FrameSplitter::Next::kNeedMore) break;
-        if (next == relay::FrameSplitter::Next::kBroken) {
-          LOG_ERROR("", "relay backend: bad frame from the relay (%s); reconnecting",
-                    std::string(relay::to_string(why)).c_str());
-          return;
-        }
-        if (!ready) {
-          relay::RelayMsg m;
-          const auto e = relay::decode_relay_body(body, m);
-          const auto* ok = std::get_if<relay::HelloOk>(&m);
-          if (e != relay::RelayWireError::kOk || ok == nullptr) {
-            LOG_ERROR("", "relay backend: expected HELLO_OK from the relay; reconnecting");
-            return;
-          }
-          ready = true;
-          std::lock_guard<std::mutex> lock(mu_);
-          ready_ = true;
-          client_id_ = ok->client_id;
-          n_ = ok->n;
-          f_ = ok->f;
-          // Everything without a FINAL goes (again) to this relay, in tag order: the mount's order.
-          to_send_.clear();
-          to_cancel_.clear();
-          for (const auto& kv : inflight_) to_send_.push_back(kv.first);
-          LOG_INFO("", "relay backend: connected to %s (client %u, n=%u f=%u), %zu requests to (re)send",
-                   path_.c_str(), client_id_, n_, f_, to_send_.size());
-          continue;
-        }
-        if (!handle_frame(body)) return;
-      }
-    }
+    if ((p[1].revents & POLLIN) != 0) drain_wake();
+    if ((p[0].revents & POLLOUT) != 0 && out_pos < out.size() && !send_some(fd, out, out_pos)) return;
+    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !receive(fd, splitter, ready)) return;
   }
+}
+
+bool RelayBackend::take_outgoing(bool ready, Bytes& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return false;
+  if (!ready) return true;  // nothing but HELLO goes before HELLO_OK
+  // New submissions and cancellations go out in the order they were made.
+  for (const std::uint64_t tag : to_cancel_) {
+    append(out, relay::encode_relay_frame(relay::MountMsg{relay::Cancel{tag}}));
+  }
+  to_cancel_.clear();
+  for (const std::uint64_t tag : to_send_) {
+    auto it = inflight_.find(tag);
+    if (it == inflight_.end()) continue;  // cancelled before it went out
+    relay::Submit s;
+    s.tag = tag;
+    s.flags = it->second.flags;
+    s.deps = it->second.deps;
+    s.request = it->second.request;
+    append(out, relay::encode_relay_frame(relay::MountMsg{std::move(s)}));
+  }
+  to_send_.clear();
+  return true;
+}
+
+bool RelayBackend::send_some(int fd, Bytes& out, std::size_t& out_pos) {
+  const ssize_t n = ::send(fd, out.data() + out_pos, out.size() - out_pos, MSG_NOSIGNAL);
+  if (n < 0 && errno != EAGAIN && errno != EINTR) {
+    LOG_WARN("", "relay backend: send: %s; reconnecting", std::strerror(errno));
+    return false;
+  }
+  if (n > 0) out_pos += static_cast<std::size_t>(n);
+  if (out_pos == out.size()) {
+    out.clear();
+    out_pos = 0;
+  }
+  return true;
+}
+
+bool RelayBackend::receive(int fd, relay::FrameSplitter& splitter, bool& ready) {
+  std::uint8_t buf[65536];
+  const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    LOG_WARN("", "relay backend: connection to %s closed; reconnecting", path_.c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_ = false;
+    return false;
+  }
+  if (n > 0) splitter.append(std::span<const std::uint8_t>(buf, static_cast<std::size_t>(n)));
+  for (;;) {
+    Bytes body;
+    relay::RelayWireError why = relay::RelayWireError::kOk;
+    const auto next = splitter.next(body, why);
+    if (next == relay::FrameSplitter::Next::kNeedMore) return true;
+    if (next == relay::FrameSplitter::Next::kBroken) {
+      LOG_ERROR("", "relay backend: bad frame from the relay (%s); reconnecting",
+                std::string(relay::to_string(why)).c_str());
+      return false;
+    }
+    if (ready) {
+      if (!handle_frame(body)) return false;
+      continue;
+    }
+    if (!handle_hello(body)) return false;
+    ready = true;
+  }
+}
+
+bool RelayBackend::handle_hello(const Bytes& body) {
+  relay::RelayMsg m;
+  const auto e = relay::decode_relay_body(body, m);
+  const auto* ok = std::get_if<relay::HelloOk>(&m);
+  if (e != relay::RelayWireError::kOk || ok == nullptr) {
+    LOG_ERROR("", "relay backend: expected HELLO_OK from the relay; reconnecting");
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ready_ = true;
+  client_id_ = ok->client_id;
+  n_ = ok->n;
+  f_ = ok->f;
+  // Everything without a FINAL goes (again) to this relay, in tag order: the mount's order.
+  to_send_.clear();
+  to_cancel_.clear();
+  for (const auto& kv : inflight_) to_send_.push_back(kv.first);
+  LOG_INFO("", "relay backend: connected to %s (client %u, n=%u f=%u), %zu requests to (re)send",
+           path_.c_str(), client_id_, n_, f_, to_send_.size());
+  return true;
 }
 
 bool RelayBackend::handle_frame(const Bytes& body) {
@@ -267,7 +281,8 @@ bool RelayBackend::handle_frame(const Bytes& body) {
     if (!cb) return true;
     fs::Result r;
     if (fs::decode_result(first->result, r) != fs::FsDecodeError::kOk) {
-      LOG_ERROR("", "relay backend: undecodable FIRST result for tag %llu", static_cast<unsigned long long>(first->tag));
+      LOG_ERROR("", "relay backend: undecodable FIRST result for tag %llu",
+                static_cast<unsigned long long>(first->tag));
       return true;
     }
     cb(r);

@@ -19,6 +19,10 @@
 #include "client/backend.h"
 #include "os/unique_fd.h"
 
+namespace bftfs::relay {
+class FrameSplitter;
+}  // namespace bftfs::relay
+
 namespace bftfs::client {
 
 class RelayBackend final : public Backend {
@@ -44,8 +48,18 @@ class RelayBackend final : public Backend {
   };
   void run();
   void wake();
+  void drain_wake();  // empties the wake pipe (its bytes only say "look again")
   // One connection's life: returns when it breaks or the backend stops.
   void serve_connection(int fd);
+  // Appends to `out` the cancellations and submissions made since the last call, once the connection is
+  // `ready` (HELLO_OK seen). Returns false if the backend is stopping.
+  bool take_outgoing(bool ready, Bytes& out);
+  // Sends what it can of out[out_pos..] (the socket is non-blocking). Returns false if the connection broke.
+  bool send_some(int fd, Bytes& out, std::size_t& out_pos);
+  // Reads what the socket has and handles every whole frame; the first must be HELLO_OK (then `ready` turns
+  // true). Returns false if the connection closed or the relay broke the protocol (reconnect).
+  bool receive(int fd, relay::FrameSplitter& splitter, bool& ready);
+  bool handle_hello(const Bytes& body);  // false: not a HELLO_OK (close the connection)
   bool handle_frame(const Bytes& body);  // false: the relay broke the protocol (close the connection)
 
   const std::string path_;
