@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <deque>
 #include <algorithm>
 #include <map>
 #include <string>
@@ -15,6 +16,7 @@
 #include "services/fs/fs_service.h"
 #include "shim/envelope.h"
 #include "shim/shim.h"
+#include "sim/fs_oracle.h"
 #include "sim/fs_workload.h"
 
 using namespace bftfs;
@@ -159,6 +161,88 @@ SerialRun run_serial(std::uint64_t seed, std::size_t clients, std::size_t reques
   return run;
 }
 
+FsOracleOptions oracle_options(std::uint64_t interval, std::uint64_t lag) {
+  FsOracleOptions o;
+  o.fs = small_fs();
+  o.checkpoint_interval = interval;
+  o.read_lag_seqs = lag;
+  return o;
+}
+
+// Feeds a serial run to `oracle` as the simulator would: executions in order, the local service's checkpoint
+// digests as a replica's, and each read begun when it ran with a window around its state ([at-2, at+2] at most),
+// ended a few events later; sometimes an explicit on_complete_through. Then finish().
+void feed(FsOracle& oracle, const std::vector<Step>& steps, std::uint64_t seed) {
+  Prng prng(seed);
+  std::deque<std::pair<FsOracle::ReadId, const Step*>> open;
+  const auto end_one = [&] {
+    const Step& s = *open.front().second;
+    oracle.end_read(open.front().first, s.digest, s.at + prng.below(3));
+    open.pop_front();
+  };
+  for (const Step& s : steps) {
+    switch (s.kind) {
+      case Step::Kind::kExecution: oracle.on_execution(s.ctx, s.op, s.digest); break;
+      case Step::Kind::kCheckpoint: oracle.on_replica_checkpoint(s.at, s.digest); break;
+      case Step::Kind::kRead:
+        if (prng.chance(1, 3)) oracle.on_complete_through(s.at);
+        open.emplace_back(oracle.begin_read(s.ctx.client, s.op, s.at - std::min<std::uint64_t>(s.at, prng.below(3))),
+                          &s);
+        break;
+    }
+    while (!open.empty() && prng.chance(1, 3)) end_one();
+  }
+  while (!open.empty()) end_one();
+  oracle.finish();
+}
+
+std::size_t count_steps(const SerialRun& run, Step::Kind kind) {
+  return static_cast<std::size_t>(
+      std::count_if(run.steps.begin(), run.steps.end(), [&](const Step& s) { return s.kind == kind; }));
+}
+
+// Indices of the executions of `run`.
+std::vector<std::size_t> executions_of(const std::vector<Step>& steps) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].kind == Step::Kind::kExecution) out.push_back(i);
+  }
+  return out;
+}
+
+// An execution whose request was done and created something (its result carries the batch's timestamp).
+bool creates(const Step& s) {
+  if (s.kind != Step::Kind::kExecution || s.result.outcome != fs::Outcome::kDone) return false;
+  return std::any_of(s.request.ops.begin(), s.request.ops.end(), [](const fs::Op& op) {
+    return op.code == fs::OpCode::kCreate || op.code == fs::OpCode::kMkdir;
+  });
+}
+
+// The digest of read-only request `op` of `client` on the state after each batch of `steps` (by the batch's seq;
+// 0 is the initial state), from a fresh replay.
+std::map<std::uint64_t, Digest> read_after_each_batch(const std::vector<Step>& steps, NodeId client,
+                                                      const Bytes& op) {
+  fs::FsService svc(nullptr, small_fs());
+  shim::Shim sh(svc, nullptr);
+  std::map<std::uint64_t, Digest> out;
+  std::uint64_t seq = 0;
+  const auto record = [&] {
+    Bytes b;
+    REQUIRE(sh.execute_read_only(client, op, b));
+    out[seq] = digest_of(b);
+  };
+  for (const Step& s : steps) {
+    if (s.kind != Step::Kind::kExecution) continue;
+    if (s.ctx.seq != seq) {
+      record();
+      seq = s.ctx.seq;
+    }
+    sh.execute(s.ctx, s.op);
+  }
+  record();
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("fs workload: valid requests that cover every op, form and outcome", "[sim][fs]") {
@@ -219,4 +303,174 @@ TEST_CASE("fs workload: one seed draws the same requests", "[sim][fs]") {
   bool differs = c.steps.size() != a.steps.size();
   for (std::size_t i = 0; i < std::min(a.steps.size(), c.steps.size()); ++i) differs |= c.steps[i].op != a.steps[i].op;
   CHECK(differs);
+}
+
+TEST_CASE("fs oracle: accepts the serial history of a workload", "[sim][fs][oracle]") {
+  const std::uint64_t lags[] = {2, 5, 64};
+  for (std::uint64_t seed = 1; seed <= 9; ++seed) {
+    INFO("seed " << seed);
+    const SerialRun run = run_serial(seed, 3, 300, 8);
+    const std::uint64_t lag = lags[seed % 3];
+    FsOracle oracle(oracle_options(8, lag));
+    feed(oracle, run.steps, seed);
+    INFO(oracle.violation());
+    REQUIRE_FALSE(oracle.failed());
+    CHECK(oracle.check_invariants() == "");
+    const FsOracleStats& st = oracle.stats();
+    CHECK(st.executions == count_steps(run, Step::Kind::kExecution));
+    CHECK(st.checkpoints_compared == count_steps(run, Step::Kind::kCheckpoint));
+    CHECK(st.checkpoints + 1 >= st.checkpoints_compared);  // the reference's seq 0 is the oracle's initial state
+    CHECK(st.reads_begun == count_steps(run, Step::Kind::kRead));
+    CHECK(st.reads_passed == st.reads_begun);
+    CHECK(st.reads_unverifiable == 0);
+    CHECK(st.reads_forgotten == 0);
+    for (const Step& s : run.steps) {
+      if (s.kind == Step::Kind::kCheckpoint) CHECK(oracle.checkpoint_digest(s.at) == s.digest);
+    }
+  }
+}
+
+TEST_CASE("fs oracle: rejects a swapped result", "[sim][fs][oracle]") {
+  const SerialRun run = run_serial(11, 3, 200, 8);
+  std::vector<Step> steps = run.steps;
+  const std::vector<std::size_t> ex = executions_of(steps);
+  std::size_t j = 1;
+  while (j < ex.size() && steps[ex[j]].digest == steps[ex[0]].digest) ++j;
+  REQUIRE(j < ex.size());
+  std::swap(steps[ex[0]].digest, steps[ex[j]].digest);
+  FsOracle oracle(oracle_options(8, 4));
+  feed(oracle, steps, 11);
+  REQUIRE(oracle.failed());
+  CHECK(oracle.violation().find("agreed result: seq " + std::to_string(steps[ex[0]].ctx.seq)) == 0);
+}
+
+TEST_CASE("fs oracle: rejects a dropped execution", "[sim][fs][oracle]") {
+  const SerialRun run = run_serial(12, 3, 200, 8);
+  for (const std::size_t k : {std::size_t{3}, std::size_t{40}, std::size_t{90}}) {
+    INFO("dropping execution " << k);
+    std::vector<Step> steps = run.steps;
+    const std::vector<std::size_t> ex = executions_of(steps);
+    REQUIRE(k < ex.size());
+    REQUIRE(steps[ex[k]].ctx.seq + 8 < run.last_seq);  // a checkpoint follows it at least
+    steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(ex[k]));
+    FsOracle oracle(oracle_options(8, 4));
+    feed(oracle, steps, 12);
+    REQUIRE(oracle.failed());
+    // Its successors may still give the same results (a lookup that fails either way), but the shim's log of
+    // the client's results has lost an entry: the next checkpoint differs at the latest.
+    const std::string& v = oracle.violation();
+    CHECK((v.find("agreed result") == 0 || v.find("checkpoint at seq") == 0));
+  }
+}
+
+TEST_CASE("fs oracle: rejects two executions swapped in order", "[sim][fs][oracle]") {
+  const SerialRun run = run_serial(13, 3, 200, 8);
+  std::vector<Step> steps = run.steps;
+  std::vector<std::size_t> made;
+  for (std::size_t i : executions_of(steps)) {
+    if (creates(steps[i]) && (made.empty() || steps[i].ctx.seq != steps[made.back()].ctx.seq)) made.push_back(i);
+  }
+  REQUIRE(made.size() >= 6);
+  // Two requests trade places; seqs and batch timestamps stay where they were.
+  Step& a = steps[made[2]];
+  Step& b = steps[made[5]];
+  std::swap(a.ctx.client, b.ctx.client);
+  std::swap(a.ctx.request_id, b.ctx.request_id);
+  std::swap(a.op, b.op);
+  std::swap(a.digest, b.digest);
+  FsOracle oracle(oracle_options(8, 4));
+  feed(oracle, steps, 13);
+  REQUIRE(oracle.failed());
+  CHECK(oracle.violation().find("agreed result: seq " + std::to_string(a.ctx.seq)) == 0);
+}
+
+TEST_CASE("fs oracle: a read-only result must come from a state in its window", "[sim][fs][oracle]") {
+  const SerialRun run = run_serial(14, 3, 200, 8);
+  // A listing of the root changes with most creations and removals there.
+  fs::Op list;
+  list.code = fs::OpCode::kReaddirPlus;
+  list.handle = fs::Handle::of(fs::kRootIno, 1);
+  list.count = 16;
+  const Bytes op = shim::encode_envelope({}, fs::encode_request(fs::Request{{list}}));
+  const std::map<std::uint64_t, Digest> at = read_after_each_batch(run.steps, kFirstClient, op);
+  // A batch s in the middle and a later batch t whose listing differs from s's.
+  auto s = at.begin();
+  std::advance(s, static_cast<std::ptrdiff_t>(at.size() / 3));
+  auto t = std::next(s);
+  while (t != at.end() && t->second == s->second) ++t;
+  REQUIRE(t != at.end());
+  const auto run_with = [&](std::uint64_t lo, std::uint64_t hi, const Digest& accepted) {
+    FsOracle oracle(oracle_options(8, 4));
+    const FsOracle::ReadId id = oracle.begin_read(kFirstClient, op, lo);
+    oracle.end_read(id, accepted, hi);  // accepted before the history arrives: decided as the shadow passes
+    feed(oracle, run.steps, 14);
+    const FsOracleStats st = oracle.stats();
+    CHECK(st.reads_unverifiable == 0);
+    return oracle.failed() ? oracle.violation() : std::string();
+  };
+  CHECK(run_with(s->first, s->first, s->second) == "");
+  CHECK(run_with(t->first, t->first, t->second) == "");
+  CHECK(run_with(s->first, t->first, t->second) == "");
+  CHECK(run_with(s->first, t->first - 1, t->second).find("read-only result: client") == 0);
+  CHECK(run_with(s->first, s->first, t->second).find("read-only result: client") == 0);
+  CHECK(run_with(t->first, t->first, s->second).find("read-only result: client") == 0);
+}
+
+TEST_CASE("fs oracle: a read whose window the read shadow has left is never a false alarm", "[sim][fs][oracle]") {
+  const SerialRun run = run_serial(15, 2, 120, 0);
+  FsOracle oracle(oracle_options(0, 0));  // the read shadow keeps up with the history
+  for (const Step& s : run.steps) {
+    if (s.kind == Step::Kind::kExecution) oracle.on_execution(s.ctx, s.op, s.digest);
+  }
+  oracle.on_complete_through(run.last_seq);
+  fs::Op root;
+  root.code = fs::OpCode::kGetattr;
+  root.handle = fs::Handle::of(fs::kRootIno, 1);
+  const Bytes op = shim::encode_envelope({}, fs::encode_request(fs::Request{{root}}));
+  // Its window begins at 0, long left behind: a result no state in reach gives is unverifiable, not a violation.
+  const FsOracle::ReadId wrong = oracle.begin_read(kFirstClient, op, 0);
+  oracle.end_read(wrong, Digest{}, run.last_seq);
+  // The same window with the current state's result passes.
+  Bytes now;
+  {
+    fs::FsService svc(nullptr, small_fs());
+    shim::Shim sh(svc, nullptr);
+    for (const Step& s : run.steps) {
+      if (s.kind == Step::Kind::kExecution) sh.execute(s.ctx, s.op);
+    }
+    REQUIRE(sh.execute_read_only(kFirstClient, op, now));
+  }
+  const FsOracle::ReadId right = oracle.begin_read(kFirstClient, op, 0);
+  oracle.end_read(right, digest_of(now), run.last_seq);
+  oracle.finish();
+  INFO(oracle.violation());
+  CHECK_FALSE(oracle.failed());
+  CHECK(oracle.stats().reads_unverifiable == 1);
+  CHECK(oracle.stats().reads_passed == 1);
+}
+
+TEST_CASE("fs oracle: rejects an empty read window and a checkpoint that differs", "[sim][fs][oracle]") {
+  const SerialRun run = run_serial(16, 2, 100, 8);
+  {
+    FsOracle oracle(oracle_options(8, 4));
+    const FsOracle::ReadId id = oracle.begin_read(kFirstClient, run.steps.front().op, 5);
+    oracle.end_read(id, Digest{}, 4);
+    REQUIRE(oracle.failed());
+    CHECK(oracle.violation().find("empty window") != std::string::npos);
+  }
+  for (const bool before : {true, false}) {  // reported before the shadow gets there, or after
+    INFO("reported before the shadow passes it: " << before);
+    FsOracle oracle(oracle_options(8, 4));
+    Digest wrong;
+    wrong.bytes[0] = 1;
+    if (before) oracle.on_replica_checkpoint(16, wrong);
+    for (const Step& s : run.steps) {
+      if (s.kind == Step::Kind::kExecution) oracle.on_execution(s.ctx, s.op, s.digest);
+    }
+    oracle.finish();
+    if (!before) oracle.on_replica_checkpoint(16, wrong);
+    REQUIRE(oracle.failed());
+    CHECK(oracle.violation().find("checkpoint at seq 16:") == 0);
+    CHECK(oracle.stats().checkpoints_compared == 1);
+  }
 }
