@@ -2,6 +2,7 @@
 // read shadow trails it through a backlog of executions and checks read-only results on the states it leaves.
 #include "sim/fs_oracle.h"
 
+#include <algorithm>
 #include <deque>
 #include <limits>
 #include <map>
@@ -253,6 +254,7 @@ void FsOracle::on_complete_through(std::uint64_t seq) {
 }
 
 std::uint64_t FsOracle::complete_through() const { return impl_->complete; }
+std::uint64_t FsOracle::read_shadow_seq() const { return impl_->reader.last_seq; }
 
 FsOracle::ReadId FsOracle::begin_read(NodeId client, std::span<const std::uint8_t> op, std::uint64_t lo) {
   Impl& m = *impl_;
@@ -319,6 +321,10 @@ void FsOracle::on_replica_checkpoint(std::uint64_t seq, const Digest& digest) {
   Impl& m = *impl_;
   const std::uint64_t k = m.options.checkpoint_interval;
   BFT_ASSERT(seq == 0 || (k != 0 && seq % k == 0));
+  if (m.finished && seq > m.complete) {  // the last state stands for every later seq
+    m.complete = seq;
+    m.take_checkpoints();
+  }
   const auto it = m.checkpoints.find(seq);
   if (it != m.checkpoints.end()) {
     m.compare_checkpoint(seq, digest, it->second);
@@ -331,10 +337,14 @@ void FsOracle::on_replica_checkpoint(std::uint64_t seq, const Digest& digest) {
 void FsOracle::finish() {
   Impl& m = *impl_;
   BFT_ASSERT(!m.finished);
-  if (m.head.last_seq > m.complete) {
-    m.complete = m.head.last_seq;
+  // The complete history: its last state stands for every later seq, up to the last replica checkpoint.
+  std::uint64_t last = std::max(m.complete, m.head.last_seq);
+  if (!m.expected.empty()) last = std::max(last, m.expected.rbegin()->first);
+  if (last > m.complete) {
+    m.complete = last;
     m.advance();
   }
+  BFT_ASSERT(m.expected.empty());
   m.advance_reader(kForever);
   m.leave_segment(m.reader.last_seq, kForever);  // the last state stands for every seq after it
   for (const auto& [id, r] : m.reads) {

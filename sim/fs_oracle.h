@@ -84,7 +84,7 @@ struct FsOracleOptions {
 // Counts of what the oracle did (plain data).
 struct FsOracleStats {
   std::uint64_t executions = 0;          // agreed executions checked (check 1)
-  std::uint64_t checkpoints = 0;         // checkpoints the shadow took
+  std::uint64_t checkpoints = 0;         // checkpoints the shadow took (not counting seq 0, the initial state)
   std::uint64_t checkpoints_compared = 0;  // replica digests compared with the shadow's (check 2)
   std::uint64_t reads_begun = 0;
   std::uint64_t reads_passed = 0;        // ended reads whose result matched a state in their window
@@ -116,6 +116,10 @@ class FsOracle {
   void on_complete_through(std::uint64_t seq);
   // The largest seq known complete (on_complete_through, or one below the latest execution's seq).
   std::uint64_t complete_through() const;
+  // The seq of the last batch the read shadow applied: a read begun with lo below it is checked only on the
+  // states from here on (and is unverifiable if none of them matches). At most complete_through() -
+  // read_lag_seqs, or 0.
+  std::uint64_t read_shadow_seq() const;
 
   // ---- read-only results (check 3) ----
   // A read-only request `op` (the bytes the client sent, a shim envelope) of `client` was submitted; its result
@@ -137,14 +141,16 @@ class FsOracle {
   // if the shadow took one there. Seq 0 is the initial state.
   std::optional<Digest> checkpoint_digest(std::uint64_t seq) const;
   // A correct replica's service reported `digest` for its checkpoint at `seq`: compared now if the shadow has
-  // passed seq, else when it does. Precondition (asserted): seq is 0 or a multiple of a nonzero
-  // checkpoint_interval.
+  // passed seq, else when it does (at the latest at finish: a correct replica checkpoints only committed seqs,
+  // and after the complete history the last state stands for every later seq). May be called after finish.
+  // Precondition (asserted): seq is 0 or a multiple of a nonzero checkpoint_interval.
   void on_replica_checkpoint(std::uint64_t seq, const Digest& digest);
 
   // ---- end of run ----
   // The history is complete: closes the last batch (as on_complete_through of the last execution's seq), lets the
-  // read shadow catch up and decides every ended read (the last state stands for every seq after it). Reads
-  // never ended are forgotten. After finish only the observers below may be called.
+  // read shadow catch up and decides every ended read (the last state stands for every seq after it), and
+  // compares every replica checkpoint still waiting. Reads never ended are forgotten. After finish only
+  // on_replica_checkpoint and the observers below may be called.
   void finish();
 
   // ---- observers ----

@@ -110,9 +110,10 @@ class FsWorkload {
   // The client accepted `result` as the result of `request` (one next() returned; the file-service result,
   // i.e. the inner result of an executed shim envelope, ordered or read-only). Learns the entries and handles
   // it names: from a done request, every op's result (created, looked up, listed, linked, renamed, removed
-  // names; READ digests for compare-and-write); from a failed one, only that the stopping op's name is absent
-  // (ENOENT) or its handle stale (ESTALE), since everything else the request did was undone. Results of
-  // requests that were never executed (shim retries) are simply not given. Deterministic (no randomness).
+  // names; sizes; READ digests for compare-and-write); from a stopped one, only what its first op found, when
+  // that op stopped it (everything else the request did was undone): a name absent (ENOENT), a handle stale
+  // (ESTALE), or the bytes a losing compare-and-write read. Results of requests that were never executed
+  // (shim retries) are simply not given. Deterministic (no randomness).
   // Precondition (asserted): result.results.size() <= request.ops.size().
   void on_result(const fs::Request& request, const fs::Result& result);
 

@@ -374,7 +374,8 @@ TEST_CASE("fs oracle: rejects two executions swapped in order", "[sim][fs][oracl
   std::vector<Step> steps = run.steps;
   std::vector<std::size_t> made;
   for (std::size_t i : executions_of(steps)) {
-    if (changes_in_its_batch(steps[i]) && (made.empty() || steps[i].ctx.seq != steps[made.back()].ctx.seq)) made.push_back(i);
+    const bool new_batch = made.empty() || steps[i].ctx.seq != steps[made.back()].ctx.seq;
+    if (changes_in_its_batch(steps[i]) && new_batch) made.push_back(i);
   }
   REQUIRE(made.size() >= 6);
   // Two requests trade places; seqs and batch timestamps stay where they were.
@@ -516,4 +517,32 @@ TEST_CASE("fs oracle: rejects an empty read window and a checkpoint that differs
     CHECK(oracle.violation().find("checkpoint at seq 16:") == 0);
     CHECK(oracle.stats().checkpoints_compared == 1);
   }
+}
+
+TEST_CASE("fs oracle: a replica checkpoint past the history is compared with the last state", "[sim][fs][oracle]") {
+  const SerialRun run = run_serial(18, 2, 100, 8);
+  const std::uint64_t far = (run.last_seq / 8 + 3) * 8;  // null batches may follow the last request
+  const auto execute_all = [&](FsOracle& oracle) {
+    for (const Step& s : run.steps) {
+      if (s.kind == Step::Kind::kExecution) oracle.on_execution(s.ctx, s.op, s.digest);
+    }
+  };
+  FsOracle after(oracle_options(8, 4));
+  execute_all(after);
+  after.finish();
+  REQUIRE_FALSE(after.checkpoint_digest(far).has_value());
+  after.on_replica_checkpoint(far, Digest{});  // reported after finish: taken on the last state, compared
+  REQUIRE(after.failed());
+  CHECK(after.violation().find("checkpoint at seq " + std::to_string(far) + ":") == 0);
+  const std::optional<Digest> last = after.checkpoint_digest(far);
+  REQUIRE(last.has_value());
+  CHECK(after.checkpoint_digest(far - 8) == last);  // nothing was executed between them
+
+  FsOracle before(oracle_options(8, 4));
+  before.on_replica_checkpoint(far, *last);  // reported before the history: compared at finish
+  execute_all(before);
+  before.finish();
+  INFO(before.violation());
+  CHECK_FALSE(before.failed());
+  CHECK(before.stats().checkpoints_compared == 1);
 }
