@@ -44,11 +44,13 @@
 // state in its window, so no serial execution in the window explains it.
 //
 // What the caller must choose soundly (the simulator, which knows the replicas):
-//   - lo: a seq whose state the read is obliged to reflect. Linearizability gives one: the largest agreed seq of
-//     an ordered request whose result some client accepted before the read was submitted (a read quorum of 2f+1
-//     matching replies contains a correct replica that executed that request, and a correct replica answers a
-//     read only from a committed state, protocol/replica.cc process_read_only). 0 is always sound. Note that
-//     "the highest seq committed anywhere at submission" is not: 2f+1 replicas that have not yet committed it
+//   - lo: a seq whose state the read is obliged to reflect; 0 is always sound. Linearizability gives a tighter
+//     one where TOCS §5.1.3 proves it, for clients that obtain 2f+1 matching replies for writes as for reads:
+//     the largest agreed seq of an ordered request some client accepted on 2f+1 matching replies before the
+//     read was submitted (f+1 correct replicas executed it; the read's 2f+1 repliers include one of them, and a
+//     correct replica answers a read only from a committed state, protocol/replica.cc process_read_only). A
+//     write accepted on f+1 committed replies bounds nothing this way (one correct replica may have it so far).
+//     Nor does "the highest seq committed anywhere at submission": 2f+1 replicas that have not committed it yet
 //     may answer the read from an older state, correctly.
 //   - hi: a seq no correct replica had executed past when the client accepted the read (the largest last
 //     executed seq of any correct replica up to that moment).
