@@ -121,8 +121,17 @@ std::uint32_t FsService::Impl::op_remove(const Op& op, const std::vector<OpResul
 }
 
 std::uint32_t FsService::Impl::op_rename(const Op& op, const std::vector<OpResult>& earlier) {
-  Inode fdir;
-  Inode tdir;
+  RenamePlan plan;
+  const std::uint32_t e = plan_rename(op, earlier, plan);
+  if (e != err::kOk || plan.same_file) return e;
+  apply_rename(op, plan);
+  return err::kOk;
+}
+
+std::uint32_t FsService::Impl::plan_rename(const Op& op, const std::vector<OpResult>& earlier,
+                                           RenamePlan& plan) const {
+  Inode& fdir = plan.from_dir;
+  Inode& tdir = plan.to_dir;
   std::uint32_t e = resolve(op.handle, earlier, fdir);
   if (e != err::kOk) return e;
   e = resolve(op.handle2, earlier, tdir);
@@ -135,51 +144,71 @@ std::uint32_t FsService::Impl::op_rename(const Op& op, const std::vector<OpResul
   if (e != err::kOk) return e;
   if (is_dot(op.name) || is_dot(op.name2)) return err::kInval;
   if (!may(op.cred, fdir, kWantX) || !may(op.cred, tdir, kWantX)) return err::kAccess;
-  NameRec src;
-  e = find_entry(fdir.ino, op.name, src);
+  e = find_entry(fdir.ino, op.name, plan.src);
   if (e != err::kOk) return e;
-  NameRec dst;
-  e = find_entry(tdir.ino, op.name2, dst);
+  e = find_entry(tdir.ino, op.name2, plan.dst);
   if (e != err::kOk && e != err::kNoEnt) return e;
-  const bool replaces = e == err::kOk;
-  if (replaces && dst.ino == src.ino) return err::kOk;  // POSIX: the same file, do nothing
+  plan.replaces = e == err::kOk;
+  if (plan.replaces && plan.dst.ino == plan.src.ino) {
+    plan.same_file = true;  // POSIX: the same file, do nothing
+    return err::kOk;
+  }
   if (!may(op.cred, fdir, kWantW | kWantX) || !may(op.cred, tdir, kWantW | kWantX)) return err::kAccess;
-  Inode sn;
-  e = load_linked(src.ino, sn);
+  Inode& sn = plan.moved;
+  e = load_linked(plan.src.ino, sn);
   if (e != err::kOk) return e;
   if (sticky_denies(op.cred, fdir, sn)) return err::kPerm;
   const bool is_dir = sn.type == FileType::kDirectory;
   const bool moves = fdir.ino != tdir.ino;
   if (is_dir && moves) {
     if (!may(op.cred, sn, kWantW)) return err::kAccess;  // its '..' changes
-    // A directory may not move into its own subtree: walk up from the target directory.
-    std::uint64_t cur = tdir.ino;
-    for (std::uint64_t steps = 0;; ++steps) {
-      if (cur == sn.ino) return err::kInval;
-      if (cur == kRootIno) break;
-      if (steps > opt.inodes_max) return err::kIo;  // a cycle: inconsistent state
-      Inode up;
-      e = load_linked(cur, up);
-      if (e != err::kOk) return e;
-      cur = up.parent;
-    }
-  }
-  Inode dn;
-  if (replaces) {
-    e = load_linked(dst.ino, dn);
+    e = check_not_within(tdir.ino, sn.ino);
     if (e != err::kOk) return e;
-    if (sticky_denies(op.cred, tdir, dn)) return err::kPerm;
-    if (is_dir && dn.type != FileType::kDirectory) return err::kNotDir;
-    if (!is_dir && dn.type == FileType::kDirectory) return err::kIsDir;
-    if (dn.type == FileType::kDirectory && dn.entries > 0) return err::kNotEmpty;
   }
-  if (is_dir && moves && !replaces && tdir.nlink >= kLinkMax) return err::kMLink;
+  if (plan.replaces) {
+    e = check_replaced(op, plan);
+    if (e != err::kOk) return e;
+  }
+  if (is_dir && moves && !plan.replaces && tdir.nlink >= kLinkMax) return err::kMLink;
+  return err::kOk;
+}
 
-  Inode& from = fdir;
-  Inode& to = moves ? tdir : fdir;
+std::uint32_t FsService::Impl::check_not_within(std::uint64_t to_dir, std::uint64_t moved) const {
+  // Walk up from the target directory to the root.
+  std::uint64_t cur = to_dir;
+  for (std::uint64_t steps = 0;; ++steps) {
+    if (cur == moved) return err::kInval;
+    if (cur == kRootIno) return err::kOk;
+    if (steps > opt.inodes_max) return err::kIo;  // a cycle: inconsistent state
+    Inode up;
+    const std::uint32_t e = load_linked(cur, up);
+    if (e != err::kOk) return e;
+    cur = up.parent;
+  }
+}
+
+std::uint32_t FsService::Impl::check_replaced(const Op& op, RenamePlan& plan) const {
+  const bool is_dir = plan.moved.type == FileType::kDirectory;
+  Inode& dn = plan.replaced;
+  const std::uint32_t e = load_linked(plan.dst.ino, dn);
+  if (e != err::kOk) return e;
+  if (sticky_denies(op.cred, plan.to_dir, dn)) return err::kPerm;
+  if (is_dir && dn.type != FileType::kDirectory) return err::kNotDir;
+  if (!is_dir && dn.type == FileType::kDirectory) return err::kIsDir;
+  if (dn.type == FileType::kDirectory && dn.entries > 0) return err::kNotEmpty;
+  return err::kOk;
+}
+
+void FsService::Impl::apply_rename(const Op& op, RenamePlan& plan) {
+  const bool is_dir = plan.moved.type == FileType::kDirectory;
+  const bool moves = plan.from_dir.ino != plan.to_dir.ino;
+  Inode& from = plan.from_dir;
+  Inode& to = moves ? plan.to_dir : plan.from_dir;
+  Inode& sn = plan.moved;
   Super s = load_super();
-  if (replaces) {
-    remove_entry(to, op.name2, dst.cookie);
+  if (plan.replaces) {
+    Inode& dn = plan.replaced;
+    remove_entry(to, op.name2, plan.dst.cookie);
     if (dn.type == FileType::kDirectory) {
       --to.nlink;
       free_inode(dn, s);
@@ -187,7 +216,7 @@ std::uint32_t FsService::Impl::op_rename(const Op& op, const std::vector<OpResul
       unlink_inode(dn, s);
     }
   }
-  remove_entry(from, op.name, src.cookie);
+  remove_entry(from, op.name, plan.src.cookie);
   add_entry(to, op.name2, sn.ino, sn.type);
   if (is_dir && moves) {
     --from.nlink;
@@ -199,7 +228,6 @@ std::uint32_t FsService::Impl::op_rename(const Op& op, const std::vector<OpResul
   save_inode(from);
   if (moves) save_inode(to);
   save_super(s);
-  return err::kOk;
 }
 
 std::uint32_t FsService::Impl::op_link(const Op& op, const std::vector<OpResult>& earlier, OpResult& out) {

@@ -44,6 +44,18 @@ struct FsService::Impl {
     Value old;  // null: the key was absent
   };
 
+  // What RENAME found while checking its operands; apply_rename changes the state from it.
+  struct RenamePlan {
+    Inode from_dir;
+    Inode to_dir;
+    Inode moved;     // the inode the source name names
+    Inode replaced;  // the inode the target name names, if `replaces`
+    NameRec src;
+    NameRec dst;
+    bool replaces = false;  // the target name exists (and names another inode)
+    bool same_file = false;  // both names name one inode: POSIX says do nothing
+  };
+
   // ---- fs_service.cc ----
   // Opens the state in `owned` (which must have opt.partitions partitions); a store without a checkpoint gets
   // the initial state as checkpoint 0.
@@ -72,6 +84,13 @@ struct FsService::Impl {
   // REMOVE (`rmdir` false) and RMDIR.
   std::uint32_t op_remove(const Op& op, const std::vector<OpResult>& earlier, bool rmdir);
   std::uint32_t op_rename(const Op& op, const std::vector<OpResult>& earlier);
+  // Every check of RENAME, with no change; fills `plan`.
+  std::uint32_t plan_rename(const Op& op, const std::vector<OpResult>& earlier, RenamePlan& plan) const;
+  // err::kOk if the directory `moved` may become a child of directory `to_dir`: not into its own subtree.
+  std::uint32_t check_not_within(std::uint64_t to_dir, std::uint64_t moved) const;
+  // The checks on the inode a RENAME replaces (plan.replaced, loaded here).
+  std::uint32_t check_replaced(const Op& op, RenamePlan& plan) const;
+  void apply_rename(const Op& op, RenamePlan& plan);
   std::uint32_t op_link(const Op& op, const std::vector<OpResult>& earlier, OpResult& out);
   // READDIR and READDIRPLUS.
   std::uint32_t op_readdir(const Op& op, const std::vector<OpResult>& earlier, OpResult& out) const;
