@@ -52,8 +52,8 @@ struct FsService::Impl {
     Inode replaced;  // the inode the target name names, if `replaces`
     NameRec src;
     NameRec dst;
-    bool replaces = false;  // the target name exists (and names another inode)
-    bool same_file = false;  // both names name one inode: POSIX says do nothing
+    bool replaces = false;   // the target name exists
+    bool same_file = false;  // both names name one inode: POSIX says do nothing, and nothing else is checked
   };
 
   // ---- fs_service.cc ----
