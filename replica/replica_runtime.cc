@@ -71,8 +71,8 @@ std::string check_service_identity(SnapshotStore& store, const ReplicaRuntimeOpt
 class SyncThread {
  public:
   explicit SyncThread(Wal& wal) : wal_(wal) {
-    efd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    BFT_ASSERT(efd_.valid());
+    wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    BFT_ASSERT(wake_fd_.valid());
     thread_ = std::thread([this] { run(); });
   }
   ~SyncThread() {
@@ -86,7 +86,7 @@ class SyncThread {
   SyncThread(const SyncThread&) = delete;
   SyncThread& operator=(const SyncThread&) = delete;
 
-  int fd() const { return efd_.get(); }
+  int fd() const { return wake_fd_.get(); }
   // Hands over the group to write; none may be in flight.
   void start(Wal::Group&& g) {
     {
@@ -99,7 +99,7 @@ class SyncThread {
   // The written group, if the write finished (the loop calls this when fd() is readable).
   std::optional<Wal::Group> take_done() {
     std::uint64_t count = 0;
-    while (::read(efd_.get(), &count, sizeof count) < 0 && errno == EINTR) {
+    while (::read(wake_fd_.get(), &count, sizeof count) < 0 && errno == EINTR) {
     }
     std::lock_guard<std::mutex> l(mu_);
     return std::exchange(done_, std::nullopt);
@@ -127,13 +127,13 @@ class SyncThread {
       done_ = std::move(g);
       cv_.notify_all();
       const std::uint64_t one = 1;
-      while (::write(efd_.get(), &one, sizeof one) < 0 && errno == EINTR) {
+      while (::write(wake_fd_.get(), &one, sizeof one) < 0 && errno == EINTR) {
       }
     }
   }
 
   Wal& wal_;
-  UniqueFd efd_;
+  UniqueFd wake_fd_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<Wal::Group> job_;

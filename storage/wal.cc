@@ -136,11 +136,11 @@ void Wal::frame_into(Bytes& out, std::span<const std::uint8_t> payload, std::uin
   BFT_ASSERT(!payload.empty());
   BFT_ASSERT(payload.size() <= kWalRecordBytesMax);
   BFT_ASSERT((flags & kLengthMask) == 0);
-  const std::uint32_t lf = static_cast<std::uint32_t>(payload.size()) | flags;
+  const std::uint32_t length_and_flags = static_cast<std::uint32_t>(payload.size()) | flags;
   const std::size_t at = out.size();
   out.resize(at + kWalRecordHeaderBytes + payload.size());
-  store_u32_le(out.data() + at, lf);
-  store_u32_le(out.data() + at + 4, record_crc(salt_, lf, payload));
+  store_u32_le(out.data() + at, length_and_flags);
+  store_u32_le(out.data() + at + 4, record_crc(salt_, length_and_flags, payload));
   std::memcpy(out.data() + at + kWalRecordHeaderBytes, payload.data(), payload.size());
 }
 

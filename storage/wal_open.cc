@@ -103,15 +103,15 @@ struct SegmentImage {
   // One record (or seal) at `off`: returns its total size, or 0 if it is not a valid one.
   std::size_t valid_record_at(std::size_t off, bool want_group_start, bool& seal) const {
     if (data.size() - off < kWalRecordHeaderBytes) return 0;
-    const std::uint32_t lf = load_u32_le(data.data() + off);
-    const std::uint32_t len = lf & kLengthMask;
-    seal = (lf & kSeal) != 0;
-    if (seal && (version == 1 || (lf & kGroupStart) == 0 || len != 8)) return 0;
-    if (want_group_start && (lf & kGroupStart) == 0) return 0;
+    const std::uint32_t length_and_flags = load_u32_le(data.data() + off);
+    const std::uint32_t len = length_and_flags & kLengthMask;
+    seal = (length_and_flags & kSeal) != 0;
+    if (seal && (version == 1 || (length_and_flags & kGroupStart) == 0 || len != 8)) return 0;
+    if (want_group_start && (length_and_flags & kGroupStart) == 0) return 0;
     if (len == 0 || len > kWalRecordBytesMax) return 0;
     if (len > data.size() - off - kWalRecordHeaderBytes) return 0;
     const std::span<const std::uint8_t> payload(data.data() + off + kWalRecordHeaderBytes, len);
-    if (record_crc(salt, lf, payload) != load_u32_le(data.data() + off + 4)) return 0;
+    if (record_crc(salt, length_and_flags, payload) != load_u32_le(data.data() + off + 4)) return 0;
     if (seal && load_u64_le(payload.data()) != off) return 0;  // a seal names its own offset
     return kWalRecordHeaderBytes + len;
   }
