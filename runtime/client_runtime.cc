@@ -10,17 +10,9 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "os/clock.h"
 
 namespace bftfs {
-namespace {
-
-std::uint64_t clock_ns(clockid_t id) {
-  timespec ts{};
-  clock_gettime(id, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-}  // namespace
 
 // One transport and the identity it was created with (destroyed in this order: the transport refers to it).
 struct SharedClientTransport {

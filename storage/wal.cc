@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "common/assert.h"
 #include "common/codec.h"
 #include "common/log.h"
+#include "os/clock.h"
 #include "storage/crc32c.h"
 #include "storage/wal_format.h"
 
@@ -58,12 +58,6 @@ constexpr std::size_t kDirectBufKeepBytes = 1 << 20;
 // Zeros for preallocation and for clearing a torn tail: written from here in pieces of this size.
 constexpr std::size_t kZeroBlockBytes = 64 << 10;
 alignas(4096) constexpr std::uint8_t kZeros[kZeroBlockBytes] = {};
-
-std::uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 void fsync_or_die(int fd, const std::string& what) {
   if (::fsync(fd) != 0) die("fsync of", what);
@@ -336,10 +330,10 @@ Wal::Group Wal::begin_group() {
 
 void Wal::write_group(Group& g) {
   BFT_ASSERT(g.fd >= 0);
-  const std::uint64_t t0 = now_ns();
+  const std::uint64_t t0 = mono_ns();
   g.wrote_direct = g.direct_fd >= 0 && g.durable && direct_ok_ && write_direct(g);
   if (!g.wrote_direct) write_durable(g.fd, g.bytes.data(), g.bytes.size(), g.offset, g.durable);
-  g.write_ns = now_ns() - t0;
+  g.write_ns = mono_ns() - t0;
 }
 
 void Wal::complete_group(const Group& g) {
@@ -364,10 +358,10 @@ bool Wal::maintain() {
   // Roll a little before the preallocated space runs out, so that a group rarely has to append past it.
   const std::uint64_t slack = std::min<std::uint64_t>(64 << 10, active_capacity_ / 16);
   const bool roll_due = active_bytes_ + slack >= active_capacity_ || compaction_due();
-  const std::uint64_t t0 = now_ns();
+  const std::uint64_t t0 = mono_ns();
   if (roll_due && next_ready_ && !dirty() && !in_flight_) {
     roll();
-    stats_.roll_ns_max = std::max(stats_.roll_ns_max, now_ns() - t0);
+    stats_.roll_ns_max = std::max(stats_.roll_ns_max, mono_ns() - t0);
     return true;  // the segment after this one is to be preallocated when its time comes
   }
   if (next_ready_) return roll_due && !in_flight_;
@@ -390,7 +384,7 @@ bool Wal::maintain() {
   const std::uint64_t chunk = std::max<std::uint64_t>(options_.prealloc_chunk_bytes, 1);
   prealloc_step(std::clamp(pace, chunk, std::max(chunk, kPreallocStepBytesMax)));
   ++stats_.prealloc_steps;
-  stats_.prealloc_ns_max = std::max(stats_.prealloc_ns_max, now_ns() - t0);
+  stats_.prealloc_ns_max = std::max(stats_.prealloc_ns_max, mono_ns() - t0);
   return true;
 }
 
