@@ -171,6 +171,103 @@ std::string parse_public_keys(std::string_view kx, std::string_view sign, Public
   return "";
 }
 
+// ---- cluster.conf lines ----
+
+// What parse_cluster has read so far.
+struct ClusterParse {
+  ClusterConfig config;
+  bool seen_version = false;
+  bool seen_f = false;
+};
+
+using Tokens = std::vector<std::string_view>;
+
+// "version <n>": first, once, and the version this parser knows.
+std::string parse_version_line(const Tokens& t, ClusterParse& parse) {
+  if (parse.seen_version) return "duplicate version";
+  if (t.size() != 2) return "expected 'version <n>'";
+  std::uint64_t v = 0;
+  if (!parse_decimal(t[1], 0xFFFFFFFFu, v) || v != kConfigVersion) {
+    return "unsupported version '" + std::string(t[1]) + "' (expected " + std::to_string(kConfigVersion) + ")";
+  }
+  parse.seen_version = true;
+  return "";
+}
+
+// "f <faults>": once, at least 1, and small enough that n = 3f+1 fits kClusterReplicasMax.
+std::string parse_f_line(const Tokens& t, ClusterParse& parse) {
+  if (parse.seen_f) return "duplicate f";
+  if (t.size() != 2) return "expected 'f <faults>'";
+  std::uint64_t f = 0;
+  if (!parse_decimal(t[1], 0xFFFFFFFFu, f)) return "invalid f '" + std::string(t[1]) + "'";
+  if (f < 1) return "f must be at least 1";
+  if (3 * f + 1 > kClusterReplicasMax) {
+    return "f " + std::to_string(f) + " needs more than " + std::to_string(kClusterReplicasMax) + " replicas";
+  }
+  parse.config.f = static_cast<std::uint32_t>(f);
+  parse.config.n = 3 * parse.config.f + 1;
+  parse.seen_f = true;
+  return "";
+}
+
+// "replica <id> <host:port> kx=<hex> sign=<hex>": after f, ids 0..n-1 in order.
+std::string parse_replica_line(const Tokens& t, ClusterParse& parse) {
+  ClusterConfig& c = parse.config;
+  if (!parse.seen_f) return "'f' must come before replica lines";
+  if (t.size() != 5) return "expected 'replica <id> <host:port> kx=<hex> sign=<hex>'";
+  std::uint64_t id = 0;
+  if (!parse_decimal(t[1], 0xFFFFFFFFu, id)) return "invalid replica id '" + std::string(t[1]) + "'";
+  if (id >= c.n) return "replica id " + std::to_string(id) + " out of range (n = " + std::to_string(c.n) + ")";
+  if (id != c.replicas.size()) {
+    return "replica id " + std::to_string(id) + " out of order (expected " + std::to_string(c.replicas.size()) + ")";
+  }
+  ReplicaAddress addr;
+  if (std::string e = parse_address(t[2], addr); !e.empty()) return e;
+  PublicKeys keys;
+  if (std::string e = parse_public_keys(t[3], t[4], keys); !e.empty()) return e;
+  c.replicas.push_back(addr);
+  c.public_keys[static_cast<NodeId>(id)] = keys;
+  return "";
+}
+
+// "client <id> kx=<hex> sign=<hex>": after f, ids at least n and strictly increasing.
+std::string parse_client_line(const Tokens& t, ClusterParse& parse) {
+  ClusterConfig& c = parse.config;
+  if (!parse.seen_f) return "'f' must come before client lines";
+  if (t.size() != 4) return "expected 'client <id> kx=<hex> sign=<hex>'";
+  std::uint64_t id = 0;
+  // 0xFFFFFFFF is kAllReplicas / kReplierAll on the wire, never a node.
+  if (!parse_decimal(t[1], 0xFFFFFFFEu, id)) return "invalid client id '" + std::string(t[1]) + "'";
+  if (id < c.n) return "client id " + std::to_string(id) + " must be >= n = " + std::to_string(c.n);
+  if (!c.clients.empty() && id <= c.clients.back()) {
+    return "client id " + std::to_string(id) + " not greater than the previous client id " +
+           std::to_string(c.clients.back());
+  }
+  PublicKeys keys;
+  if (std::string e = parse_public_keys(t[2], t[3], keys); !e.empty()) return e;
+  c.clients.push_back(static_cast<NodeId>(id));
+  c.public_keys[static_cast<NodeId>(id)] = keys;
+  return "";
+}
+
+// One line of cluster.conf (comments start with '#'; blank lines are skipped). Returns "" or the reason the
+// line is wrong.
+std::string parse_cluster_line(std::string_view line, ClusterParse& parse) {
+  if (const std::size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+  if (line.find('\0') != std::string_view::npos) return "NUL byte in line";
+  const Tokens t = split_tokens(line);
+  if (t.empty()) return "";
+  const std::string_view keyword = t[0];
+  if (!parse.seen_version && keyword != "version") {
+    return "expected 'version " + std::to_string(kConfigVersion) + "' first";
+  }
+  if (keyword == "version") return parse_version_line(t, parse);
+  if (keyword == "f") return parse_f_line(t, parse);
+  if (keyword == "replica") return parse_replica_line(t, parse);
+  if (keyword == "client") return parse_client_line(t, parse);
+  return "unknown keyword '" + std::string(keyword) + "'";
+}
+
 // Reads a whole small file. Returns "" or an error.
 std::string read_file(const std::string& path, std::size_t max_bytes, std::string& out, struct stat* st_out) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -259,10 +356,8 @@ std::string format_cluster(const ClusterConfig& config) {
 }
 
 std::string parse_cluster(std::string_view text, const std::string& name, ClusterConfig& out) {
-  ClusterConfig c;
-  c.replicas.clear();
-  bool seen_version = false;
-  bool seen_f = false;
+  ClusterParse parse;
+  parse.config.replicas.clear();
   std::size_t line_no = 0;
   std::size_t pos = 0;
   while (pos < text.size()) {
@@ -271,76 +366,18 @@ std::string parse_cluster(std::string_view text, const std::string& name, Cluste
     if (end == std::string_view::npos) end = text.size();
     std::string_view line = text.substr(pos, end - pos);
     pos = end + 1;
-    const auto error = [&](const std::string& reason) { return name + ":" + std::to_string(line_no) + ": " + reason; };
-
-    if (const std::size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    if (line.find('\0') != std::string_view::npos) return error("NUL byte in line");
-    const auto t = split_tokens(line);
-    if (t.empty()) continue;
-    const std::string_view keyword = t[0];
-
-    if (!seen_version && keyword != "version") return error("expected 'version " + std::to_string(kConfigVersion) + "' first");
-    if (keyword == "version") {
-      if (seen_version) return error("duplicate version");
-      if (t.size() != 2) return error("expected 'version <n>'");
-      std::uint64_t v = 0;
-      if (!parse_decimal(t[1], 0xFFFFFFFFu, v) || v != kConfigVersion) {
-        return error("unsupported version '" + std::string(t[1]) + "' (expected " + std::to_string(kConfigVersion) + ")");
-      }
-      seen_version = true;
-    } else if (keyword == "f") {
-      if (seen_f) return error("duplicate f");
-      if (t.size() != 2) return error("expected 'f <faults>'");
-      std::uint64_t f = 0;
-      if (!parse_decimal(t[1], 0xFFFFFFFFu, f)) return error("invalid f '" + std::string(t[1]) + "'");
-      if (f < 1) return error("f must be at least 1");
-      if (3 * f + 1 > kClusterReplicasMax) {
-        return error("f " + std::to_string(f) + " needs more than " + std::to_string(kClusterReplicasMax) + " replicas");
-      }
-      c.f = static_cast<std::uint32_t>(f);
-      c.n = 3 * c.f + 1;
-      seen_f = true;
-    } else if (keyword == "replica") {
-      if (!seen_f) return error("'f' must come before replica lines");
-      if (t.size() != 5) return error("expected 'replica <id> <host:port> kx=<hex> sign=<hex>'");
-      std::uint64_t id = 0;
-      if (!parse_decimal(t[1], 0xFFFFFFFFu, id)) return error("invalid replica id '" + std::string(t[1]) + "'");
-      if (id >= c.n) return error("replica id " + std::to_string(id) + " out of range (n = " + std::to_string(c.n) + ")");
-      if (id != c.replicas.size()) {
-        return error("replica id " + std::to_string(id) + " out of order (expected " + std::to_string(c.replicas.size()) + ")");
-      }
-      ReplicaAddress addr;
-      if (std::string e = parse_address(t[2], addr); !e.empty()) return error(e);
-      PublicKeys keys;
-      if (std::string e = parse_public_keys(t[3], t[4], keys); !e.empty()) return error(e);
-      c.replicas.push_back(addr);
-      c.public_keys[static_cast<NodeId>(id)] = keys;
-    } else if (keyword == "client") {
-      if (!seen_f) return error("'f' must come before client lines");
-      if (t.size() != 4) return error("expected 'client <id> kx=<hex> sign=<hex>'");
-      std::uint64_t id = 0;
-      // 0xFFFFFFFF is kAllReplicas / kReplierAll on the wire, never a node.
-      if (!parse_decimal(t[1], 0xFFFFFFFEu, id)) return error("invalid client id '" + std::string(t[1]) + "'");
-      if (id < c.n) return error("client id " + std::to_string(id) + " must be >= n = " + std::to_string(c.n));
-      if (!c.clients.empty() && id <= c.clients.back()) {
-        return error("client id " + std::to_string(id) + " not greater than the previous client id " +
-                     std::to_string(c.clients.back()));
-      }
-      PublicKeys keys;
-      if (std::string e = parse_public_keys(t[2], t[3], keys); !e.empty()) return error(e);
-      c.clients.push_back(static_cast<NodeId>(id));
-      c.public_keys[static_cast<NodeId>(id)] = keys;
-    } else {
-      return error("unknown keyword '" + std::string(keyword) + "'");
+    if (std::string reason = parse_cluster_line(line, parse); !reason.empty()) {
+      return name + ":" + std::to_string(line_no) + ": " + reason;
     }
   }
+  const ClusterConfig& c = parse.config;
   const std::string at_end = name + ":" + std::to_string(line_no) + ": ";
-  if (!seen_version) return at_end + "missing 'version'";
-  if (!seen_f) return at_end + "missing 'f'";
+  if (!parse.seen_version) return at_end + "missing 'version'";
+  if (!parse.seen_f) return at_end + "missing 'f'";
   if (c.replicas.size() != c.n) {
     return at_end + "expected " + std::to_string(c.n) + " replicas, found " + std::to_string(c.replicas.size());
   }
-  out = std::move(c);
+  out = std::move(parse.config);
   return "";
 }
 

@@ -86,30 +86,30 @@ struct NorepServer::Impl {
       ++ignored;
       return;
     }
-    ClientEntry& ce = clients[from];
-    if (r->request_id < ce.last_request_id) {
+    ClientEntry& entry = clients[from];
+    if (r->request_id < entry.last_request_id) {
       ++duplicates;
       return;
     }
-    if (r->request_id == ce.last_request_id && ce.last_request_id != 0) {
+    if (r->request_id == entry.last_request_id && entry.last_request_id != 0) {
       ++duplicates;  // retransmission: answer again from the table, never execute twice
-      pending.push_back(Send{from, ce.last_reply});
+      pending.push_back(Send{from, entry.last_reply});
     } else {
-      const std::uint64_t ts = realtime_ns();
+      const std::uint64_t timestamp_ns = realtime_ns();
       bool changed = false;
-      Reply reply = run_request(*r, ts, changed);
+      Reply reply = run_request(*r, timestamp_ns, changed);
       if (changed && wal != nullptr) {
         PrePrepareRecord rec;
         rec.view = 0;
         rec.seq = seq;
-        rec.batch.timestamp_ns = ts;
+        rec.batch.timestamp_ns = timestamp_ns;
         rec.batch.requests.push_back(std::move(*r));
         wal->append(rec);
       }
 
       if ((reply.flags & kReplyReadOnly) == 0) {
-        ce.last_request_id = reply.request_id;
-        ce.last_reply = reply;
+        entry.last_request_id = reply.request_id;
+        entry.last_reply = reply;
       }
       executed.fetch_add(1, std::memory_order_relaxed);
       pending.push_back(Send{from, std::move(reply)});
@@ -179,9 +179,9 @@ struct NorepServer::Impl {
       reply.result = service->execute(ctx, r.op);
       service->commit_through(ctx.seq);
       reply.result_digest = digest_of(reply.result);
-      ClientEntry& ce = clients[r.client];
-      ce.last_request_id = r.request_id;
-      ce.last_reply = std::move(reply);
+      ClientEntry& entry = clients[r.client];
+      entry.last_request_id = r.request_id;
+      entry.last_reply = std::move(reply);
       maybe_checkpoint();
     }
     return "";

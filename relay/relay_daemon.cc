@@ -98,12 +98,12 @@ const char* op_key(std::uint8_t code) {
 }  // namespace
 
 struct RelayDaemon::Impl {
-  RelayOptions o;
+  RelayOptions options;
   ClusterConfig config;
   EventBasePtr base;
   std::unique_ptr<LoopStop> loop_stop;
-  std::unique_ptr<SpecClientRuntime> spec;  // PBFT mode
-  std::unique_ptr<DirectClient> direct;     // NO-REP mode
+  std::unique_ptr<SpecClientRuntime> spec_client;  // PBFT mode
+  std::unique_ptr<DirectClient> norep_client;      // NO-REP mode
   ListenerPtr listener;
   bool socket_bound = false;
   EventPtr reap_ev;    // kPriorityLate: frees closed connections after every callback that may use them
@@ -112,7 +112,7 @@ struct RelayDaemon::Impl {
   std::map<std::uint64_t, std::unique_ptr<Conn>> conns;
   std::vector<std::uint64_t> to_reap;
   std::uint64_t next_conn_id = 1;
-  Counters c;
+  Counters counters;
   // The request bytes each library operation holds until its final event (also after the mount cancelled it).
   std::map<std::uint64_t, std::size_t> library_bytes_by_id;
   std::size_t library_bytes = 0;
@@ -122,11 +122,11 @@ struct RelayDaemon::Impl {
     // Connections first (their bufferevents belong to the base), then the listener and the socket file.
     conns.clear();
     listener.reset();
-    if (socket_bound) ::unlink(o.socket_path.c_str());
-    if (started && !o.status_path.empty()) write_status(false);
+    if (socket_bound) ::unlink(options.socket_path.c_str());
+    if (started && !options.status_path.empty()) write_status(false);
   }
 
-  NodeId client_id() const { return o.id; }
+  NodeId client_id() const { return options.id; }
   std::size_t in_flight_total() const {
     std::size_t n = 0;
     for (const auto& [id, conn] : conns) n += conn->pending.size();
@@ -140,8 +140,8 @@ struct RelayDaemon::Impl {
   }
 
   void accept_conn(evutil_socket_t fd) {
-    if (conns.size() >= o.connections_max) {
-      ++c.connections_refused;
+    if (conns.size() >= options.connections_max) {
+      ++counters.connections_refused;
       LOG_WARN(kLog, "refusing a mount connection: %zu connections already", conns.size());
       ::close(fd);
       return;
@@ -158,7 +158,7 @@ struct RelayDaemon::Impl {
     conn->ref = std::make_unique<ConnRef>(ConnRef{this, conn->id});
     bufferevent_setcb(conn->bev.get(), &Impl::on_read, nullptr, &Impl::on_conn_event, conn->ref.get());
     bufferevent_enable(conn->bev.get(), EV_READ | EV_WRITE);
-    ++c.connections_accepted;
+    ++counters.connections_accepted;
     LOG_DEBUG(kLog, "mount connection %llu accepted", static_cast<unsigned long long>(conn->id));
     conns.emplace(conn->id, std::move(conn));
   }
@@ -188,7 +188,7 @@ struct RelayDaemon::Impl {
   void close_conn(Conn& conn, const std::string& why) {
     if (conn.closing) return;
     conn.closing = true;
-    c.cancelled += conn.pending.size();
+    counters.cancelled += conn.pending.size();
     if (conn.pending.empty()) {
       LOG_DEBUG(kLog, "mount connection %llu closed (%s)", static_cast<unsigned long long>(conn.id), why.c_str());
     } else {
@@ -202,7 +202,7 @@ struct RelayDaemon::Impl {
   }
 
   void protocol_error(Conn& conn, const std::string& why) {
-    ++c.protocol_errors;
+    ++counters.protocol_errors;
     LOG_WARN(kLog, "mount connection %llu: %s", static_cast<unsigned long long>(conn.id), why.c_str());
     close_conn(conn, why);
   }
@@ -216,10 +216,10 @@ struct RelayDaemon::Impl {
   void send(Conn& conn, const relay::RelayMsg& m) {
     if (conn.closing) return;
     // Judged before this frame is queued, so one frame of any size always fits a mount that keeps up.
-    if (evbuffer_get_length(bufferevent_get_output(conn.bev.get())) > o.conn_output_bytes_max) {
-      ++c.slow_disconnects;
+    if (evbuffer_get_length(bufferevent_get_output(conn.bev.get())) > options.conn_output_bytes_max) {
+      ++counters.slow_disconnects;
       LOG_WARN(kLog, "mount connection %llu does not read (over %zu bytes queued): disconnecting",
-               static_cast<unsigned long long>(conn.id), o.conn_output_bytes_max);
+               static_cast<unsigned long long>(conn.id), options.conn_output_bytes_max);
       close_conn(conn, "not reading");
       return;
     }
@@ -228,15 +228,15 @@ struct RelayDaemon::Impl {
   }
 
   void refuse(Conn& conn, std::uint64_t tag, const std::string& reason) {
-    ++c.refused;
+    ++counters.refused;
     send(conn, relay::Final{tag, relay::FinalStatus::kRefused, Bytes(reason.begin(), reason.end())});
   }
 
-  std::size_t library_in_flight() const { return o.norep ? direct->in_flight() : spec->in_flight(); }
+  std::size_t library_in_flight() const { return options.norep ? norep_client->in_flight() : spec_client->in_flight(); }
   bool library_full() const {
-    return library_in_flight() >= o.in_flight_max || library_bytes >= o.in_flight_bytes_max;
+    return library_in_flight() >= options.in_flight_max || library_bytes >= options.in_flight_bytes_max;
   }
-  bool may_read(const Conn& conn) const { return conn.pending.size() < o.conn_in_flight_max && !library_full(); }
+  bool may_read(const Conn& conn) const { return conn.pending.size() < options.conn_in_flight_max && !library_full(); }
 
   // Decodes every complete frame in the connection's input, stopping when the mount or the library has too
   // many requests in flight (resumed by resume_if_paused when some complete).
@@ -246,7 +246,7 @@ struct RelayDaemon::Impl {
       if (!may_read(conn)) {
         if (!conn.read_paused) {
           conn.read_paused = true;
-          ++c.read_pauses;
+          ++counters.read_pauses;
           bufferevent_disable(conn.bev.get(), EV_READ);
         }
         return;
@@ -283,52 +283,52 @@ struct RelayDaemon::Impl {
       if (conn.hello_done) return protocol_error(conn, "a second HELLO");
       BFT_ASSERT(hello->version == relay::kRelayWireVersion);  // the decoder accepts no other
       conn.hello_done = true;
-      const std::uint32_t n = o.norep ? 1 : config.n;
-      const std::uint32_t f = o.norep ? 0 : config.f;
+      const std::uint32_t n = options.norep ? 1 : config.n;
+      const std::uint32_t f = options.norep ? 0 : config.f;
       send(conn, relay::HelloOk{relay::kRelayWireVersion, client_id(), n, f});
       return;
     }
     if (!conn.hello_done) return protocol_error(conn, "a frame before HELLO");
     if (auto* submit = std::get_if<relay::Submit>(&msg)) return on_submit(conn, std::move(*submit));
     if (auto* cancel = std::get_if<relay::Cancel>(&msg)) {
-      if (conn.pending.erase(cancel->tag) > 0) ++c.cancelled;
+      if (conn.pending.erase(cancel->tag) > 0) ++counters.cancelled;
       return;  // a cancelled request stays in the library until it executes: nothing to resume yet
     }
     BFT_ASSERT(std::holds_alternative<relay::StatusQuery>(msg));
     send(conn, relay::StatusReply{status_text()});
   }
 
-  void on_submit(Conn& conn, relay::Submit&& s) {
-    if (conn.pending.count(s.tag) != 0) {
-      return protocol_error(conn, "SUBMIT reuses tag " + std::to_string(s.tag) + " of a request in flight");
+  void on_submit(Conn& conn, relay::Submit&& submit) {
+    if (conn.pending.count(submit.tag) != 0) {
+      return protocol_error(conn, "SUBMIT reuses tag " + std::to_string(submit.tag) + " of a request in flight");
     }
     fs::Request req;
-    if (const auto e = fs::decode_request(s.request, req); e != fs::FsDecodeError::kOk) {
-      return refuse(conn, s.tag, "malformed fs request: " + std::string(fs::to_string(e)));
+    std::vector<SpecDependency> deps;
+    if (std::string why = admit(conn, submit, req, deps); !why.empty()) return refuse(conn, submit.tag, why);
+    Pending request;
+    request.report_first = (submit.flags & relay::kFlagReportFirst) != 0;
+    request.read_only = (submit.flags & relay::kFlagReadOnly) != 0;
+    request.single_lookup = req.ops.size() == 1 && req.ops[0].code == fs::OpCode::kLookup;
+    count_sent(req, request.read_only);
+    send_to_library(conn, std::move(submit), deps, request);
+  }
+
+  // Why a SUBMIT must be refused, or "" when it may go to the library: its fs request must decode (into
+  // `req`), a read-only one must not write, its dependencies must be ones the library can predicate on (into
+  // `deps`), and it must fit one operation.
+  std::string admit(const Conn& conn, const relay::Submit& submit, fs::Request& req,
+                    std::vector<SpecDependency>& deps) {
+    if (const auto e = fs::decode_request(submit.request, req); e != fs::FsDecodeError::kOk) {
+      return "malformed fs request: " + std::string(fs::to_string(e));
     }
-    const bool read_only = (s.flags & relay::kFlagReadOnly) != 0;
+    const bool read_only = (submit.flags & relay::kFlagReadOnly) != 0;
     if (read_only) {
       for (const fs::Op& op : req.ops) {
-        if (!fs::is_read_only(op.code)) return refuse(conn, s.tag, "read-only flag on a request that writes");
+        if (!fs::is_read_only(op.code)) return "read-only flag on a request that writes";
       }
     }
-    // Dependencies (speculation): a dependency still in flight must be an ordered request whose first reply
-    // was delivered, so the client library can predicate on it; one that already had its FINAL is a fact.
-    std::vector<SpecDependency> deps;
-    if (!o.norep) {
-      std::set<std::uint64_t> seen;
-      for (std::uint64_t dep : s.deps) {
-        auto it = conn.pending.find(dep);
-        if (it == conn.pending.end() || !seen.insert(dep).second) continue;
-        if (it->second.read_only) return refuse(conn, s.tag, "depends on a read-only request");
-        // The mount can only have acted on a first reply it was sent (the library's own may have been
-        // withheld from the mount as undecodable).
-        if (!it->second.first_sent) return refuse(conn, s.tag, "depends on a request whose first reply it was not sent");
-        BFT_ASSERT(it->second.first_seen);
-        deps.push_back(SpecDependency{it->second.backend_id, std::nullopt});
-      }
-      // §3.3: the shim declines a predicated read-only request, so the library never sends one.
-      if (read_only && !deps.empty()) return refuse(conn, s.tag, "a read-only request cannot depend on another");
+    if (!options.norep) {
+      if (std::string why = spec_dependencies(conn, submit, read_only, deps); !why.empty()) return why;
     }
     static_assert(relay::kDepsMax <= shim::kDependenciesMax);
     // The library sends the request as one PBFT operation (in PBFT mode inside the shim's envelope, with one
@@ -336,33 +336,60 @@ struct RelayDaemon::Impl {
     // socket's own limit (kSubmitRequestBytesMax) is larger, so a request that fits the frame may still not
     // fit an operation (a compound of two kIoBytesMax writes does not): refuse it here, never crash on it.
     const std::size_t op_bytes =
-        o.norep ? s.request.size()
-                : shim::kRequestHeaderBytes + deps.size() * shim::kDependencyBytes + s.request.size();
+        options.norep ? submit.request.size()
+                      : shim::kRequestHeaderBytes + deps.size() * shim::kDependencyBytes + submit.request.size();
     if (op_bytes > kOpBytesMax) {
-      return refuse(conn, s.tag, "request too large: " + std::to_string(op_bytes) + " bytes as one operation, " +
-                                     "the limit is " + std::to_string(kOpBytesMax));
+      return "request too large: " + std::to_string(op_bytes) + " bytes as one operation, " + "the limit is " +
+             std::to_string(kOpBytesMax);
     }
-    Pending p;
-    p.report_first = (s.flags & relay::kFlagReportFirst) != 0;
-    p.read_only = read_only;
-    p.single_lookup = req.ops.size() == 1 && req.ops[0].code == fs::OpCode::kLookup;
-    ++(read_only ? c.sent_read_only : c.sent_ordered);
-    if (req.ops.size() > 1) ++c.sent_compound;
-    for (const fs::Op& op : req.ops) ++c.ops_by_code[static_cast<std::uint8_t>(op.code)];
+    return "";
+  }
+
+  // Dependencies (speculation): a dependency still in flight must be an ordered request whose first reply
+  // was delivered, so the client library can predicate on it; one that already had its FINAL is a fact.
+  // Returns why the SUBMIT must be refused, or "" with `deps` filled.
+  std::string spec_dependencies(const Conn& conn, const relay::Submit& submit, bool read_only,
+                                std::vector<SpecDependency>& deps) {
+    std::set<std::uint64_t> seen;
+    for (std::uint64_t dep : submit.deps) {
+      auto it = conn.pending.find(dep);
+      if (it == conn.pending.end() || !seen.insert(dep).second) continue;
+      if (it->second.read_only) return "depends on a read-only request";
+      // The mount can only have acted on a first reply it was sent (the library's own may have been
+      // withheld from the mount as undecodable).
+      if (!it->second.first_sent) return "depends on a request whose first reply it was not sent";
+      BFT_ASSERT(it->second.first_seen);
+      deps.push_back(SpecDependency{it->second.backend_id, std::nullopt});
+    }
+    // §3.3: the shim declines a predicated read-only request, so the library never sends one.
+    if (read_only && !deps.empty()) return "a read-only request cannot depend on another";
+    return "";
+  }
+
+  // What the mounts ask for (Counters: sent_*, ops_by_code), counted for every request sent on.
+  void count_sent(const fs::Request& req, bool read_only) {
+    ++(read_only ? counters.sent_read_only : counters.sent_ordered);
+    if (req.ops.size() > 1) ++counters.sent_compound;
+    for (const fs::Op& op : req.ops) ++counters.ops_by_code[static_cast<std::uint8_t>(op.code)];
+  }
+
+  // Hands an admitted request to the client library (or the NO-REP client), which reports back to
+  // on_spec_event / on_norep_done by (connection, tag).
+  void send_to_library(Conn& conn, relay::Submit&& submit, const std::vector<SpecDependency>& deps,
+                       const Pending& request) {
     const std::uint64_t conn_id = conn.id;
-    const std::uint64_t tag = s.tag;
-    const std::size_t size = s.request.size();
-    ++c.submitted;
+    const std::uint64_t tag = submit.tag;
+    const std::size_t size = submit.request.size();
+    ++counters.submitted;
     // The entry exists before submit. Submitting may run other operations' callbacks (the library drains its
     // events), which may close this connection; so the entry is looked up again afterwards, not held.
-    conn.pending.emplace(tag, p);
+    conn.pending.emplace(tag, request);
     std::uint64_t backend_id = 0;
-    if (o.norep) {
-      backend_id = direct->submit(std::move(s.request), read_only, [this, conn_id, tag](const Completion& done) {
-        on_norep_done(conn_id, tag, done);
-      });
+    if (options.norep) {
+      backend_id = norep_client->submit(std::move(submit.request), request.read_only,
+                                  [this, conn_id, tag](const Completion& done) { on_norep_done(conn_id, tag, done); });
     } else {
-      backend_id = spec->submit(std::move(s.request), deps, read_only,
+      backend_id = spec_client->submit(std::move(submit.request), deps, request.read_only,
                                 [this, conn_id, tag](const SpecEvent& e) { on_spec_event(conn_id, tag, e); });
     }
     hold_bytes(backend_id, size);
@@ -414,7 +441,7 @@ struct RelayDaemon::Impl {
     fs::Result r;
     const auto e = fs::decode_result(result, r);
     if (e == fs::FsDecodeError::kOk) return true;
-    ++c.bad_results;
+    ++counters.bad_results;
     const auto reason = fs::to_string(e);
     if (consensus) {
       LOG_ERROR(kLog, "%s result does not decode (%.*s): not forwarded", what, static_cast<int>(reason.size()),
@@ -432,56 +459,57 @@ struct RelayDaemon::Impl {
       fs::Result r;  // small: one LOOKUP's result (already validated by result_ok)
       if (fs::decode_result(result, r) == fs::FsDecodeError::kOk && r.outcome == fs::Outcome::kOpFailed &&
           r.stop < r.results.size() && r.results[r.stop].err == fs::err::kNoEnt) {
-        ++c.lookups_enoent;
+        ++counters.lookups_enoent;
       }
     }
     conn.pending.erase(tag);
     if (status == relay::FinalStatus::kRefused) {
-      ++c.refused;
+      ++counters.refused;
     } else {
-      ++c.completed;
-      if (status == relay::FinalStatus::kRolledBack) ++c.rollbacks_sent;
+      ++counters.completed;
+      if (status == relay::FinalStatus::kRolledBack) ++counters.rollbacks_sent;
     }
     send(conn, relay::Final{tag, status, std::move(result)});
     // Reading the mount again waits for the late event (release_bytes armed it): resuming here would decode
     // and submit from inside the library's callback, under the feet of whoever is iterating its events.
   }
 
-  void on_spec_event(std::uint64_t conn_id, std::uint64_t tag, const SpecEvent& e) {
-    if (e.kind != SpecEventKind::kFirst) release_bytes(e.id);
+  void on_spec_event(std::uint64_t conn_id, std::uint64_t tag, const SpecEvent& event) {
+    if (event.kind != SpecEventKind::kFirst) release_bytes(event.id);
     Conn* conn = nullptr;
-    Pending* p = route(conn_id, tag, e.id, conn);
-    if (p == nullptr) {
-      if (e.kind != SpecEventKind::kFirst) ++c.orphaned;
+    Pending* request = route(conn_id, tag, event.id, conn);
+    if (request == nullptr) {
+      if (event.kind != SpecEventKind::kFirst) ++counters.orphaned;
       return;
     }
-    if (e.kind == SpecEventKind::kFirst) {
-      p->first_seen = true;
-      if (!p->report_first || e.status != shim::ShimStatus::kExecuted || !result_ok(e.result, "first", false)) return;
-      p->first_sent = true;
-      ++c.first_sent;
-      send(*conn, relay::First{tag, e.from, e.result});
+    if (event.kind == SpecEventKind::kFirst) {
+      request->first_seen = true;
+      if (!request->report_first || event.status != shim::ShimStatus::kExecuted) return;
+      if (!result_ok(event.result, "first", false)) return;
+      request->first_sent = true;
+      ++counters.first_sent;
+      send(*conn, relay::First{tag, event.from, event.result});
       return;
     }
-    if (e.status != shim::ShimStatus::kExecuted) {
+    if (event.status != shim::ShimStatus::kExecuted) {
       // A dependency's prediction was wrong, so the shim executed a no-op: nothing to report but "resubmit".
       return finish(*conn, tag, relay::FinalStatus::kRolledBack, Bytes{});
     }
-    if (!result_ok(e.result, "consensus", true)) {
+    if (!result_ok(event.result, "consensus", true)) {
       const std::string why = "the replicas' consensus result does not decode (a bug; see the relay log)";
       return finish(*conn, tag, relay::FinalStatus::kRefused, Bytes(why.begin(), why.end()));
     }
     // A rollback matters to the mount only if it saw the first reply; otherwise the result is simply the result.
-    const bool rolled_back = e.kind == SpecEventKind::kRollback && p->first_sent;
-    finish(*conn, tag, rolled_back ? relay::FinalStatus::kRolledBack : relay::FinalStatus::kCommitted, e.result);
+    const bool rolled_back = event.kind == SpecEventKind::kRollback && request->first_sent;
+    finish(*conn, tag, rolled_back ? relay::FinalStatus::kRolledBack : relay::FinalStatus::kCommitted, event.result);
   }
 
   void on_norep_done(std::uint64_t conn_id, std::uint64_t tag, const Completion& done) {
     release_bytes(done.request_id);
     Conn* conn = nullptr;
-    Pending* p = route(conn_id, tag, done.request_id, conn);
-    if (p == nullptr) {
-      ++c.orphaned;
+    Pending* request = route(conn_id, tag, done.request_id, conn);
+    if (request == nullptr) {
+      ++counters.orphaned;
       return;
     }
     if (!result_ok(done.result, "NO-REP", true)) {
@@ -489,8 +517,8 @@ struct RelayDaemon::Impl {
       return finish(*conn, tag, relay::FinalStatus::kRefused, Bytes(why.begin(), why.end()));
     }
     // One server, one reply: FIRST and FINAL carry the same result.
-    if (p->report_first) {
-      ++c.first_sent;
+    if (request->report_first) {
+      ++counters.first_sent;
       send(*conn, relay::First{tag, 0, done.result});
     }
     finish(*conn, tag, relay::FinalStatus::kCommitted, done.result);
@@ -499,14 +527,14 @@ struct RelayDaemon::Impl {
   // ---- status ----
 
   std::uint64_t retransmissions() const {
-    return o.norep ? direct->retransmissions() : spec->client_stats().retransmissions;
+    return options.norep ? norep_client->retransmissions() : spec_client->client_stats().retransmissions;
   }
 
   std::string trusted_replicas() const {
-    if (o.norep) return "0";
+    if (options.norep) return "0";
     std::string s;
     for (NodeId r = 0; r < config.n; ++r) {
-      if (!spec->trusts(r)) continue;
+      if (!spec_client->trusts(r)) continue;
       if (!s.empty()) s += ",";
       s += std::to_string(r);
     }
@@ -515,60 +543,62 @@ struct RelayDaemon::Impl {
 
   std::string status_text() const {
     std::ostringstream out;
-    out << "mode " << (o.norep ? "norep" : "pbft") << "\n"
+    out << "mode " << (options.norep ? "norep" : "pbft") << "\n"
         << "client_id " << client_id() << "\n"
-        << "n " << (o.norep ? 1 : config.n) << "\n"
-        << "f " << (o.norep ? 0 : config.f) << "\n"
+        << "n " << (options.norep ? 1 : config.n) << "\n"
+        << "f " << (options.norep ? 0 : config.f) << "\n"
         << "connections " << conns.size() << "\n"
         << "in_flight " << in_flight_total() << "\n"
         << "library_in_flight " << library_in_flight() << "\n"
         << "library_bytes " << library_bytes << "\n"
-        << "submitted " << c.submitted << "\n"
-        << "completed " << c.completed << "\n"
-        << "first_sent " << c.first_sent << "\n"
-        << "rollbacks " << c.rollbacks_sent << "\n"
-        << "refused " << c.refused << "\n"
-        << "cancelled " << c.cancelled << "\n"
+        << "submitted " << counters.submitted << "\n"
+        << "completed " << counters.completed << "\n"
+        << "first_sent " << counters.first_sent << "\n"
+        << "rollbacks " << counters.rollbacks_sent << "\n"
+        << "refused " << counters.refused << "\n"
+        << "cancelled " << counters.cancelled << "\n"
         << "retransmissions " << retransmissions() << "\n"
         << "replicas_trusted " << trusted_replicas() << "\n"
-        << "protocol_errors " << c.protocol_errors << "\n"
-        << "slow_disconnects " << c.slow_disconnects << "\n"
-        << "bad_results " << c.bad_results << "\n"
-        << "read_pauses " << c.read_pauses << "\n"
-        << "sent_read_only " << c.sent_read_only << "\n"
-        << "sent_ordered " << c.sent_ordered << "\n"
-        << "sent_compound " << c.sent_compound << "\n"
-        << "lookups_enoent " << c.lookups_enoent << "\n";
-    for (std::uint8_t code = 1; code <= fs::kOpCodeMax; ++code) out << op_key(code) << " " << c.ops_by_code[code] << "\n";
-    if (!o.norep) {
-      out << "reads_ordered " << spec->stats().reads_ordered << "\n"
-          << "read_only_fallbacks " << spec->client_stats().read_only_fallbacks << "\n";
+        << "protocol_errors " << counters.protocol_errors << "\n"
+        << "slow_disconnects " << counters.slow_disconnects << "\n"
+        << "bad_results " << counters.bad_results << "\n"
+        << "read_pauses " << counters.read_pauses << "\n"
+        << "sent_read_only " << counters.sent_read_only << "\n"
+        << "sent_ordered " << counters.sent_ordered << "\n"
+        << "sent_compound " << counters.sent_compound << "\n"
+        << "lookups_enoent " << counters.lookups_enoent << "\n";
+    for (std::uint8_t code = 1; code <= fs::kOpCodeMax; ++code) {
+      out << op_key(code) << " " << counters.ops_by_code[code] << "\n";
+    }
+    if (!options.norep) {
+      out << "reads_ordered " << spec_client->stats().reads_ordered << "\n"
+          << "read_only_fallbacks " << spec_client->client_stats().read_only_fallbacks << "\n";
     }
     return out.str();
   }
 
   void write_status(bool running) {
-    JsonObject j;
-    j.add("pid", static_cast<std::uint64_t>(::getpid()))
+    JsonObject status;
+    status.add("pid", static_cast<std::uint64_t>(::getpid()))
         .add("running", running)
-        .add("mode", o.norep ? "norep" : "pbft")
+        .add("mode", options.norep ? "norep" : "pbft")
         .add("client_id", static_cast<std::uint64_t>(client_id()))
-        .add("socket", o.socket_path)
+        .add("socket", options.socket_path)
         .add("connections", static_cast<std::uint64_t>(conns.size()))
         .add("in_flight", static_cast<std::uint64_t>(in_flight_total()))
-        .add("submitted", c.submitted)
-        .add("completed", c.completed)
-        .add("refused", c.refused)
+        .add("submitted", counters.submitted)
+        .add("completed", counters.completed)
+        .add("refused", counters.refused)
         .add("retransmissions", retransmissions())
         .add("replicas_trusted", trusted_replicas())
-        .add("protocol_errors", c.protocol_errors)
-        .add("sent_read_only", c.sent_read_only)
-        .add("sent_ordered", c.sent_ordered)
-        .add("sent_compound", c.sent_compound)
-        .add("lookups_enoent", c.lookups_enoent)
+        .add("protocol_errors", counters.protocol_errors)
+        .add("sent_read_only", counters.sent_read_only)
+        .add("sent_ordered", counters.sent_ordered)
+        .add("sent_compound", counters.sent_compound)
+        .add("lookups_enoent", counters.lookups_enoent)
         .add("updated_unix_ms", realtime_ns() / 1000000);
-    for (std::uint8_t code = 1; code <= fs::kOpCodeMax; ++code) j.add(op_key(code), c.ops_by_code[code]);
-    if (std::string err = write_file_atomically(o.status_path, j.str() + "\n"); !err.empty()) {
+    for (std::uint8_t code = 1; code <= fs::kOpCodeMax; ++code) status.add(op_key(code), counters.ops_by_code[code]);
+    if (std::string err = write_file_atomically(options.status_path, status.str() + "\n"); !err.empty()) {
       LOG_WARN(kLog, "status file: %s", err.c_str());
     }
   }
@@ -577,33 +607,79 @@ struct RelayDaemon::Impl {
 
   // ---- set-up ----
 
+  // Everything create() promises: the cluster configuration, the event loop, the client library (or the
+  // NO-REP client), the late events, the socket and the status timer. Returns "" or an error.
+  std::string start() {
+    if (std::string err = load_cluster(options.config_path, config); !err.empty()) return err;
+    base = make_event_base(options.wan.enabled());
+    if (base == nullptr) return "cannot create an event base";
+    loop_stop = std::make_unique<LoopStop>(base.get());
+    if (options.handle_signals) loop_stop->handle_signals();
+    if (std::string err = start_backend(); !err.empty()) return err;
+    reap_ev.reset(event_new(base.get(), -1, 0, &Impl::on_reap, this));
+    BFT_ASSERT(reap_ev != nullptr);
+    event_priority_set(reap_ev.get(), kPriorityLate);
+    resume_ev.reset(event_new(base.get(), -1, 0, &Impl::on_resume, this));
+    BFT_ASSERT(resume_ev != nullptr);
+    event_priority_set(resume_ev.get(), kPriorityLate);
+    if (std::string err = bind_socket(); !err.empty()) return err;
+    if (!options.status_path.empty()) {
+      status_ev.reset(event_new(base.get(), -1, EV_PERSIST, &Impl::on_status_timer, this));
+      BFT_ASSERT(status_ev != nullptr);
+      const timeval tv{static_cast<time_t>(options.status_interval_ms / 1000),
+                       static_cast<suseconds_t>((options.status_interval_ms % 1000) * 1000)};
+      BFT_ASSERT(event_add(status_ev.get(), &tv) == 0);
+    }
+    LOG_INFO(kLog, "relay client %u (%s) listening on %s", options.id, options.norep ? "NO-REP" : "PBFT",
+             options.socket_path.c_str());
+    started = true;
+    return "";
+  }
+
+  // The client the requests go through: the PBFT-CS library, or in NO-REP mode the direct client of the server.
+  std::string start_backend() {
+    if (options.norep) {
+      return DirectClient::create(base.get(), options.config_path, options.id, options.norep_server, norep_client,
+                                  options.wan);
+    }
+    SpecClientOptions spec_options;
+    spec_options.client.first_request_id = fresh_first_request_id();
+    spec_options.client.window = options.window;
+    spec_options.speculate = options.speculate;
+    return SpecClientRuntime::create(base.get(), options.config_path, options.id, spec_options, spec_client,
+                                     options.wan);
+  }
+
   // Binds and listens on the Unix socket. A socket file nobody accepts on (a relay that died) is replaced; a
   // live one is an error, so two relays never fight over one path.
   std::string bind_socket() {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    if (o.socket_path.empty() || o.socket_path.size() >= sizeof addr.sun_path) {
-      return "socket path must be 1.." + std::to_string(sizeof addr.sun_path - 1) + " bytes: '" + o.socket_path + "'";
+    if (options.socket_path.empty() || options.socket_path.size() >= sizeof addr.sun_path) {
+      return "socket path must be 1.." + std::to_string(sizeof addr.sun_path - 1) + " bytes: '" +
+             options.socket_path + "'";
     }
-    std::memcpy(addr.sun_path, o.socket_path.c_str(), o.socket_path.size() + 1);
+    std::memcpy(addr.sun_path, options.socket_path.c_str(), options.socket_path.size() + 1);
     struct stat st{};
-    if (::lstat(o.socket_path.c_str(), &st) == 0) {
-      if (!S_ISSOCK(st.st_mode)) return o.socket_path + " exists and is not a socket";
+    if (::lstat(options.socket_path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) return options.socket_path + " exists and is not a socket";
       UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
       if (probe.valid() && ::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-        return "another relay is listening on " + o.socket_path;
+        return "another relay is listening on " + options.socket_path;
       }
-      ::unlink(o.socket_path.c_str());
+      ::unlink(options.socket_path.c_str());
     }
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd.valid()) return std::string("socket: ") + std::strerror(errno);
     if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      return "bind " + o.socket_path + ": " + std::strerror(errno);
+      return "bind " + options.socket_path + ": " + std::strerror(errno);
     }
     socket_bound = true;
-    if (::chmod(o.socket_path.c_str(), o.socket_mode) != 0) return "chmod " + o.socket_path + ": " + std::strerror(errno);
+    if (::chmod(options.socket_path.c_str(), options.socket_mode) != 0) {
+      return "chmod " + options.socket_path + ": " + std::strerror(errno);
+    }
     listener.reset(evconnlistener_new(base.get(), &Impl::on_accept, this, LEV_OPT_CLOSE_ON_FREE, 128, fd.get()));
-    if (listener == nullptr) return "listen " + o.socket_path + ": " + std::strerror(errno);
+    if (listener == nullptr) return "listen " + options.socket_path + ": " + std::strerror(errno);
     fd.release();  // the listener owns it now
     return "";
   }
@@ -614,51 +690,15 @@ RelayDaemon::~RelayDaemon() = default;
 
 std::string RelayDaemon::create(const RelayOptions& options, std::unique_ptr<RelayDaemon>& out) {
   auto impl = std::make_unique<Impl>();
-  impl->o = options;
-  Impl& d = *impl;
-  if (std::string err = load_cluster(d.o.config_path, d.config); !err.empty()) return err;
-  d.base = make_event_base(d.o.wan.enabled());
-  if (d.base == nullptr) return "cannot create an event base";
-  d.loop_stop = std::make_unique<LoopStop>(d.base.get());
-  if (d.o.handle_signals) d.loop_stop->handle_signals();
-  if (d.o.norep) {
-    if (std::string err = DirectClient::create(d.base.get(), d.o.config_path, d.o.id, d.o.norep_server, d.direct, d.o.wan);
-        !err.empty()) {
-      return err;
-    }
-  } else {
-    SpecClientOptions so;
-    so.client.first_request_id = fresh_first_request_id();
-    so.client.window = d.o.window;
-    so.speculate = d.o.speculate;
-    if (std::string err = SpecClientRuntime::create(d.base.get(), d.o.config_path, d.o.id, so, d.spec, d.o.wan);
-        !err.empty()) {
-      return err;
-    }
-  }
-  d.reap_ev.reset(event_new(d.base.get(), -1, 0, &Impl::on_reap, &d));
-  BFT_ASSERT(d.reap_ev != nullptr);
-  event_priority_set(d.reap_ev.get(), kPriorityLate);
-  d.resume_ev.reset(event_new(d.base.get(), -1, 0, &Impl::on_resume, &d));
-  BFT_ASSERT(d.resume_ev != nullptr);
-  event_priority_set(d.resume_ev.get(), kPriorityLate);
-  if (std::string err = d.bind_socket(); !err.empty()) return err;
-  if (!d.o.status_path.empty()) {
-    d.status_ev.reset(event_new(d.base.get(), -1, EV_PERSIST, &Impl::on_status_timer, &d));
-    BFT_ASSERT(d.status_ev != nullptr);
-    const timeval tv{static_cast<time_t>(d.o.status_interval_ms / 1000),
-                     static_cast<suseconds_t>((d.o.status_interval_ms % 1000) * 1000)};
-    BFT_ASSERT(event_add(d.status_ev.get(), &tv) == 0);
-  }
-  LOG_INFO(kLog, "relay client %u (%s) listening on %s", d.o.id, d.o.norep ? "NO-REP" : "PBFT", d.o.socket_path.c_str());
-  d.started = true;
+  impl->options = options;
+  if (std::string err = impl->start(); !err.empty()) return err;
   out.reset(new RelayDaemon(std::move(impl)));
   return "";
 }
 
 void RelayDaemon::run() {
   // The status file says "running" only once the socket accepts: readiness checks poll it.
-  if (!impl_->o.status_path.empty()) impl_->write_status(true);
+  if (!impl_->options.status_path.empty()) impl_->write_status(true);
   // LoopStop's event is always pending, so the loop returns only when it breaks it.
   while (!impl_->loop_stop->requested()) {
     if (event_base_loop(impl_->base.get(), 0) != 0) break;

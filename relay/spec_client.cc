@@ -33,10 +33,13 @@ struct SpecClient::Impl {
     Digest final_digest;
   };
 
-  Impl(const SpecClientOptions& o, NodeId self, const Crypto& crypto, std::uint64_t seed)
-      : opt(o), core(o.client, self, crypto, seed), outcomes(o.client.n), failures(o.client.n, 0) {}
+  Impl(const SpecClientOptions& spec_options, NodeId self, const Crypto& crypto, std::uint64_t seed)
+      : options(spec_options),
+        core(spec_options.client, self, crypto, seed),
+        outcomes(spec_options.client.n),
+        failures(spec_options.client.n, 0) {}
 
-  const SpecClientOptions opt;
+  const SpecClientOptions options;
   Client core;
   std::map<std::uint64_t, Op> ops;  // submitted, final event not yet taken by the caller
   std::uint64_t highest_id = 0;      // ids above this were never issued
@@ -52,17 +55,17 @@ struct SpecClient::Impl {
   // seen, so one early failure does not stop speculation (with n = 100 it takes two failures in a row of 100).
   bool trusts(NodeId r) const {
     BFT_ASSERT(r < outcomes.size());
-    return std::uint64_t{failures[r]} * 1000 <= std::uint64_t{opt.failure_permille_max} * opt.failure_window;
+    return std::uint64_t{failures[r]} * 1000 <= std::uint64_t{options.failure_permille_max} * options.failure_window;
   }
 
   void record_outcome(NodeId r, bool matched) {
-    if (r >= outcomes.size() || opt.failure_window == 0) return;
-    std::deque<bool>& o = outcomes[r];
-    o.push_back(matched);
+    if (r >= outcomes.size() || options.failure_window == 0) return;
+    std::deque<bool>& history = outcomes[r];
+    history.push_back(matched);
     if (!matched) failures[r]++;
-    if (o.size() > opt.failure_window) {
-      if (!o.front()) failures[r]--;
-      o.pop_front();
+    if (history.size() > options.failure_window) {
+      if (!history.front()) failures[r]--;
+      history.pop_front();
     }
   }
 
@@ -105,17 +108,17 @@ struct SpecClient::Impl {
     if (!read_only) ++ordered_in_flight;
     BFT_ASSERT(id > highest_id);
     highest_id = id;
-    Op o;
-    o.read_only = read_only;
-    o.doomed = doomed;
-    o.predicates = std::move(predicates);
-    for (const auto& [dep_id, digest] : o.predicates) {
+    Op entry;
+    entry.read_only = read_only;
+    entry.doomed = doomed;
+    entry.predicates = std::move(predicates);
+    for (const auto& [dep_id, digest] : entry.predicates) {
       auto it = ops.find(dep_id);
       BFT_ASSERT(it != ops.end());
       if (!it->second.final_produced) it->second.dependents.push_back(id);
     }
-    stats.predicates_sent += o.predicates.size();
-    ops.emplace(id, std::move(o));
+    stats.predicates_sent += entry.predicates.size();
+    ops.emplace(id, std::move(entry));
     ++in_flight;
     ++stats.submitted;
     return id;
@@ -134,7 +137,7 @@ struct SpecClient::Impl {
     op.has_first = true;
     op.first_from = fr.from;
     op.first_digest = digest_of(fr.result);
-    if (!opt.speculate) return;
+    if (!options.speculate) return;
     shim::ShimResult sr;
     if (!shim::decode_envelope_result(fr.result, sr)) return;  // not even an envelope: nothing to act on
     if (op.doomed) {

@@ -71,8 +71,8 @@ std::string check_service_identity(SnapshotStore& store, const ReplicaRuntimeOpt
 class SyncThread {
  public:
   explicit SyncThread(Wal& wal) : wal_(wal) {
-    efd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    BFT_ASSERT(efd_.valid());
+    wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    BFT_ASSERT(wake_fd_.valid());
     thread_ = std::thread([this] { run(); });
   }
   ~SyncThread() {
@@ -86,7 +86,7 @@ class SyncThread {
   SyncThread(const SyncThread&) = delete;
   SyncThread& operator=(const SyncThread&) = delete;
 
-  int fd() const { return efd_.get(); }
+  int fd() const { return wake_fd_.get(); }
   // Hands over the group to write; none may be in flight.
   void start(Wal::Group&& g) {
     {
@@ -99,7 +99,7 @@ class SyncThread {
   // The written group, if the write finished (the loop calls this when fd() is readable).
   std::optional<Wal::Group> take_done() {
     std::uint64_t count = 0;
-    while (::read(efd_.get(), &count, sizeof count) < 0 && errno == EINTR) {
+    while (::read(wake_fd_.get(), &count, sizeof count) < 0 && errno == EINTR) {
     }
     std::lock_guard<std::mutex> l(mu_);
     return std::exchange(done_, std::nullopt);
@@ -127,13 +127,13 @@ class SyncThread {
       done_ = std::move(g);
       cv_.notify_all();
       const std::uint64_t one = 1;
-      while (::write(efd_.get(), &one, sizeof one) < 0 && errno == EINTR) {
+      while (::write(wake_fd_.get(), &one, sizeof one) < 0 && errno == EINTR) {
       }
     }
   }
 
   Wal& wal_;
-  UniqueFd efd_;
+  UniqueFd wake_fd_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<Wal::Group> job_;
@@ -437,10 +437,119 @@ struct ReplicaRuntime::Impl {
     update_snapshot();
   }
 
-  void write_status(bool running) {
+  // ---- set-up (create) ----
+
+  // The cluster configuration, this replica's keys, and the crypto context built from them.
+  std::string load_identity() {
+    if (std::string err = load_cluster(options.config_path, config); !err.empty()) return err;
+    if (!config.is_replica(options.id)) {
+      return "replica id " + std::to_string(options.id) + " is not a replica of " + options.config_path + " (n=" +
+             std::to_string(config.n) + ")";
+    }
+    SecretKeys secret;
+    if (std::string err = load_secret(secret_path_for(options.config_path, options.id), secret); !err.empty()) {
+      return err;
+    }
+    crypto = make_crypto(config, options.id, secret);
+    if (crypto == nullptr) return "cannot build the crypto context of node " + std::to_string(options.id);
+    ctx = "r" + std::to_string(options.id);
+    return "";
+  }
+
+  // The data directory: its lock, the snapshot store (checked against the service it was made for), the
+  // service stack on it, and the log, replayed into `records`.
+  std::string open_storage(std::vector<PersistRecord>& records) {
+    if (std::string err = lock.acquire(options.data_dir); !err.empty()) return err;
+    status_path = options.data_dir + "/status.json";
+    if (std::string err = FileSnapshotStore::open(options.data_dir + "/snapshots", store); !err.empty()) return err;
+    if (std::string err = check_service_identity(*store, options); !err.empty()) return err;
+    if (std::string err = make_service_stack(options.service, store.get(), options.data_dir, options.shim,
+                                             static_cast<std::uint32_t>(config.clients.size()), service);
+        !err.empty()) {
+      return err;
+    }
+    return Wal::open(options.data_dir + "/wal", options.wal, wal, records);
+  }
+
+  // The PBFT core over the service, seeded from the kernel (the clock if that fails), with the lying primary of
+  // the fault experiment when asked for.
+  void make_core() {
+    ReplicaOptions core = options.core;
+    core.n = config.n;
+    core.f = config.f;
+    std::uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) seed = started_ns ^ options.id;
+    replica = std::make_unique<Replica>(core, options.id, *service.top(), *crypto, seed);
+    if (options.corrupt_early_replies_ppm > 0) corrupt_early_replies(seed);
+  }
+
+  // The lying primary of the PBFT-CS fault experiment: a wrong result with a matching digest, so the client
+  // can only find out from the consensus reply (§3.4).
+  void corrupt_early_replies(std::uint64_t seed) {
+    LOG_WARN(ctx, "fault injection: corrupting %u ppm of early replies", options.corrupt_early_replies_ppm);
+    auto prng = std::make_shared<Prng>(seed ^ 0xBADC0FFEE0DDF00Dull);
+    const std::uint32_t ppm = options.corrupt_early_replies_ppm;
+    replica->set_effects_filter([prng, ppm](Effects& e) {
+      for (Send& s : e.sends) {
+        auto* r = std::get_if<Reply>(&s.message);
+        if (r == nullptr || (r->flags & kReplySpeculative) == 0 || (r->flags & kReplyHasResult) == 0) continue;
+        if (r->result.empty() || prng->below(1000000) >= ppm) continue;
+        r->result.back() ^= 0x5A;
+        r->result_digest = digest_of(r->result);
+      }
+    });
+  }
+
+  // The transport: listening on this replica's address, connecting to every other replica.
+  std::string open_network() {
+    transport = std::make_unique<Transport>(base.get(), config.n, *crypto, options.transport,
+                                            [this](NodeId from, Message&& msg) { on_message(from, std::move(msg)); });
+    if (std::string err = transport->listen(config.replicas[options.id]); !err.empty()) return err;
+    for (NodeId r = 0; r < config.n; ++r) {
+      if (r == options.id) continue;
+      if (std::string err = transport->connect(r, config.replicas[r]); !err.empty()) return err;
+    }
+    return "";
+  }
+
+  // The loop's events: the tick, the status timer (which also bounds how long unsynced records wait), the
+  // batch hold, and, with fsync, the sync thread's completions.
+  void make_events() {
+    tick_ev.reset(event_new(
+        base.get(), -1, EV_PERSIST, [](int, short, void* a) { static_cast<Impl*>(a)->on_tick(); }, this));
+    event_priority_set(tick_ev.get(), kPriorityIo);
+    status_ev.reset(event_new(
+        base.get(), -1, EV_PERSIST, [](int, short, void* a) { static_cast<Impl*>(a)->on_status_timer(); }, this));
+    hold_ev.reset(event_new(base.get(), -1, 0,
+                            [](int, short, void* a) { static_cast<Impl*>(a)->on_batch_hold_timeout(); }, this));
+    event_priority_set(hold_ev.get(), kPriorityIo);
+    BFT_ASSERT(tick_ev && status_ev && hold_ev);
+    if (!options.wal.fsync) return;
+    syncer = std::make_unique<SyncThread>(*wal);
+    sync_done_ev.reset(event_new(
+        base.get(), syncer->fd(), EV_READ | EV_PERSIST,
+        [](int, short, void* a) { static_cast<Impl*>(a)->on_group_done(); }, this));
+    BFT_ASSERT(sync_done_ev != nullptr);
+    // As urgent as a socket: libevent runs only the most urgent priority per pass, and the sends it releases
+    // are what the other replicas and the clients wait for.
+    event_priority_set(sync_done_ev.get(), kPriorityIo);
+    BFT_ASSERT(event_add(sync_done_ev.get(), nullptr) == 0);
+  }
+
+  void on_status_timer() {
+    // Bound how long records appended without a send stay volatile.
+    if (wal->dirty() && !wal->group_in_flight()) {
+      ++lazy_syncs;
+      start_group(true);
+    }
+    write_status(true);
+  }
+
+  // ---- status ----
+
+  // The core's counters (protocol/replica.h ReplicaStats).
+  JsonObject core_stats_json() const {
     const ReplicaStats& st = replica->stats();
-    const TransportStats& ts = transport->stats();
-    const WalStats& ws = wal->stats();
     JsonObject stats;
     stats.add("requests_executed", st.requests_executed)
         .add("batches_committed", st.batches_committed)
@@ -463,6 +572,12 @@ struct ReplicaRuntime::Impl {
         .add("rejected_conflict", st.rejected_conflict)
         .add("rejected_invalid", st.rejected_invalid)
         .add("fetches_refused_repeat", st.fetches_refused_repeat);
+    return stats;
+  }
+
+  // The transport's counters and the WAN emulation in force.
+  JsonObject net_stats_json() const {
+    const TransportStats& ts = transport->stats();
     JsonObject net;
     net.add("frames_received", ts.frames_received)
         .add("frames_sent", ts.frames_sent)
@@ -485,6 +600,12 @@ struct ReplicaRuntime::Impl {
         .add("wan", options.transport.wan.describe())
         .add("frames_delayed", ts.frames_delayed)
         .add("delay_dropped", ts.delay_dropped);
+    return net;
+  }
+
+  // The log's counters and this loop's group-commit counters.
+  JsonObject log_stats_json() const {
+    const WalStats& ws = wal->stats();
     JsonObject log;
     log.add("wal_records", ws.records_appended)
         .add("wal_bytes", ws.bytes_appended)
@@ -508,8 +629,13 @@ struct ReplicaRuntime::Impl {
         .add("sends_overtook", sends_overtook)
         .add("held_max", held_max)
         .add("roll_syncs", roll_syncs);
-    JsonObject o;
-    o.add("role", "replica")
+    return log;
+  }
+
+  // Rewrites status.json (runtime/status_file.h): where the replica is, and every counter, grouped.
+  void write_status(bool running) {
+    JsonObject status;
+    status.add("role", "replica")
         .add("id", static_cast<std::uint64_t>(options.id))
         .add("pid", static_cast<std::uint64_t>(getpid()))
         .add("running", running)
@@ -523,10 +649,10 @@ struct ReplicaRuntime::Impl {
         .add("stable_checkpoint", replica->stable_checkpoint())
         .add("uptime_s", static_cast<double>(realtime_ns() - started_ns) / 1e9)
         .add("updated_unix_ms", realtime_ns() / 1000000)
-        .add("stats", stats)
-        .add("net", net)
-        .add("log", log);
-    if (std::string err = write_file_atomically(status_path, o.str() + "\n"); !err.empty()) {
+        .add("stats", core_stats_json())
+        .add("net", net_stats_json())
+        .add("log", log_stats_json());
+    if (std::string err = write_file_atomically(status_path, status.str() + "\n"); !err.empty()) {
       LOG_WARN(ctx, "status: %s", err.c_str());
     }
   }
@@ -553,96 +679,16 @@ std::string ReplicaRuntime::create(const ReplicaRuntimeOptions& options, std::un
   Impl& m = *impl;
   m.options = options;
   m.started_ns = realtime_ns();
-  if (std::string err = load_cluster(options.config_path, m.config); !err.empty()) return err;
-  if (!m.config.is_replica(options.id)) {
-    return "replica id " + std::to_string(options.id) + " is not a replica of " + options.config_path + " (n=" +
-           std::to_string(m.config.n) + ")";
-  }
-  SecretKeys secret;
-  if (std::string err = load_secret(secret_path_for(options.config_path, options.id), secret); !err.empty()) return err;
-  m.crypto = make_crypto(m.config, options.id, secret);
-  if (m.crypto == nullptr) return "cannot build the crypto context of node " + std::to_string(options.id);
-  m.ctx = "r" + std::to_string(options.id);
-
-  if (std::string err = m.lock.acquire(options.data_dir); !err.empty()) return err;
-  m.status_path = options.data_dir + "/status.json";
-  if (std::string err = FileSnapshotStore::open(options.data_dir + "/snapshots", m.store); !err.empty()) return err;
-  if (std::string err = check_service_identity(*m.store, options); !err.empty()) return err;
-  if (std::string err = make_service_stack(options.service, m.store.get(), options.data_dir, options.shim,
-                                           static_cast<std::uint32_t>(m.config.clients.size()), m.service);
-      !err.empty()) {
-    return err;
-  }
+  if (std::string err = m.load_identity(); !err.empty()) return err;
   std::vector<PersistRecord> records;
-  if (std::string err = Wal::open(options.data_dir + "/wal", options.wal, m.wal, records); !err.empty()) return err;
-
+  if (std::string err = m.open_storage(records); !err.empty()) return err;
   m.base = make_event_base(options.transport.wan.enabled());
   if (m.base == nullptr) return "cannot create an event base";
   m.stopper = std::make_unique<LoopStop>(m.base.get());
   if (options.handle_signals) m.stopper->handle_signals();
-
-  ReplicaOptions core = options.core;
-  core.n = m.config.n;
-  core.f = m.config.f;
-  std::uint64_t seed = 0;
-  if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) seed = m.started_ns ^ options.id;
-  m.replica = std::make_unique<Replica>(core, options.id, *m.service.top(), *m.crypto, seed);
-  if (options.corrupt_early_replies_ppm > 0) {
-    // The lying primary of the PBFT-CS fault experiment: a wrong result with a matching digest, so the client
-    // can only find out from the consensus reply (§3.4).
-    LOG_WARN(m.ctx, "fault injection: corrupting %u ppm of early replies", options.corrupt_early_replies_ppm);
-    auto prng = std::make_shared<Prng>(seed ^ 0xBADC0FFEE0DDF00Dull);
-    const std::uint32_t ppm = options.corrupt_early_replies_ppm;
-    m.replica->set_effects_filter([prng, ppm](Effects& e) {
-      for (Send& s : e.sends) {
-        auto* r = std::get_if<Reply>(&s.message);
-        if (r == nullptr || (r->flags & kReplySpeculative) == 0 || (r->flags & kReplyHasResult) == 0) continue;
-        if (r->result.empty() || prng->below(1000000) >= ppm) continue;
-        r->result.back() ^= 0x5A;
-        r->result_digest = digest_of(r->result);
-      }
-    });
-  }
-
-  Impl* raw = impl.get();
-  m.transport = std::make_unique<Transport>(m.base.get(), m.config.n, *m.crypto, options.transport,
-                                            [raw](NodeId from, Message&& msg) { raw->on_message(from, std::move(msg)); });
-  if (std::string err = m.transport->listen(m.config.replicas[options.id]); !err.empty()) return err;
-  for (NodeId r = 0; r < m.config.n; ++r) {
-    if (r == options.id) continue;
-    if (std::string err = m.transport->connect(r, m.config.replicas[r]); !err.empty()) return err;
-  }
-
-  m.tick_ev.reset(event_new(m.base.get(), -1, EV_PERSIST, [](int, short, void* a) { static_cast<Impl*>(a)->on_tick(); }, raw));
-  event_priority_set(m.tick_ev.get(), kPriorityIo);
-  m.status_ev.reset(event_new(
-      m.base.get(), -1, EV_PERSIST,
-      [](int, short, void* a) {
-        auto* i = static_cast<Impl*>(a);
-        // Bound how long records appended without a send stay volatile.
-        if (i->wal->dirty() && !i->wal->group_in_flight()) {
-          ++i->lazy_syncs;
-          i->start_group(true);
-        }
-        i->write_status(true);
-      },
-      raw));
-  m.hold_ev.reset(event_new(m.base.get(), -1, 0,
-                            [](int, short, void* a) { static_cast<Impl*>(a)->on_batch_hold_timeout(); }, raw));
-  event_priority_set(m.hold_ev.get(), kPriorityIo);
-  BFT_ASSERT(m.tick_ev && m.status_ev && m.hold_ev);
-  if (options.wal.fsync) {
-    m.syncer = std::make_unique<SyncThread>(*m.wal);
-    m.sync_done_ev.reset(event_new(
-        m.base.get(), m.syncer->fd(), EV_READ | EV_PERSIST,
-        [](int, short, void* a) { static_cast<Impl*>(a)->on_group_done(); }, raw));
-    BFT_ASSERT(m.sync_done_ev != nullptr);
-    // As urgent as a socket: libevent runs only the most urgent priority per pass, and the sends it releases
-    // are what the other replicas and the clients wait for.
-    event_priority_set(m.sync_done_ev.get(), kPriorityIo);
-    BFT_ASSERT(event_add(m.sync_done_ev.get(), nullptr) == 0);
-  }
-
+  m.make_core();
+  if (std::string err = m.open_network(); !err.empty()) return err;
+  m.make_events();
   if (options.transport.wan.enabled()) {
     LOG_INFO(m.ctx, "WAN emulation: %s; this replica is at site %u", options.transport.wan.describe().c_str(),
              options.transport.wan.site(options.id));

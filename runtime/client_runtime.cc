@@ -10,17 +10,9 @@
 
 #include "common/assert.h"
 #include "common/log.h"
+#include "os/clock.h"
 
 namespace bftfs {
-namespace {
-
-std::uint64_t clock_ns(clockid_t id) {
-  timespec ts{};
-  clock_gettime(id, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-}  // namespace
 
 // One transport and the identity it was created with (destroyed in this order: the transport refers to it).
 struct SharedClientTransport {
@@ -40,24 +32,25 @@ std::map<std::string, std::weak_ptr<SharedClientTransport>> g_shared;
 // The shared transport for `key` on `base`, created with `crypto`'s identity and connected by `connect` when
 // there is none yet; `crypto`'s identity is then registered on it with `on_message` and `filter`.
 std::string join_shared(event_base* base, const std::string& key, std::uint32_t n, const std::shared_ptr<Crypto>& crypto,
-                        const TransportOptions& to, const std::function<std::string(Transport&)>& connect,
+                        const TransportOptions& transport_options,
+                        const std::function<std::string(Transport&)>& connect,
                         Transport::OnMessage on_message, Transport::FrameFilter filter,
                         std::shared_ptr<SharedClientTransport>& out) {
   char prefix[32];
   std::snprintf(prefix, sizeof prefix, "%p|", static_cast<void*>(base));
   const std::string full_key = prefix + key;
   std::lock_guard<std::mutex> lock(g_shared_mu);
-  std::shared_ptr<SharedClientTransport> st = g_shared[full_key].lock();
-  if (st == nullptr) {
-    st = std::make_shared<SharedClientTransport>();
-    st->owner_crypto = crypto;
+  std::shared_ptr<SharedClientTransport> shared = g_shared[full_key].lock();
+  if (shared == nullptr) {
+    shared = std::make_shared<SharedClientTransport>();
+    shared->owner_crypto = crypto;
     // Frames for an identity that is gone are dropped: every live client is registered with add_identity.
-    st->transport = std::make_unique<Transport>(base, n, *crypto, to, [](NodeId, Message&&) {});
-    if (std::string err = connect(*st->transport); !err.empty()) return err;
-    g_shared[full_key] = st;
+    shared->transport = std::make_unique<Transport>(base, n, *crypto, transport_options, [](NodeId, Message&&) {});
+    if (std::string err = connect(*shared->transport); !err.empty()) return err;
+    g_shared[full_key] = shared;
   }
-  st->transport->add_identity(crypto, std::move(on_message), std::move(filter));
-  out = std::move(st);
+  shared->transport->add_identity(crypto, std::move(on_message), std::move(filter));
+  out = std::move(shared);
   return "";
 }
 
@@ -82,9 +75,6 @@ std::string load_client_identity(const std::string& config_path, NodeId id, Clus
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// ClientRuntime
-
-// ---------------------------------------------------------------------------------------------------------
 // ClientLink
 
 std::string ClientLink::create(event_base* base, const std::string& config_path, NodeId id, const WanSpec& wan,
@@ -92,17 +82,17 @@ std::string ClientLink::create(event_base* base, const std::string& config_path,
                                Transport::FrameFilter filter) {
   out.reset();
   ::signal(SIGPIPE, SIG_IGN);
-  std::unique_ptr<ClientLink> c(new ClientLink());
-  c->id_ = id;
-  c->on_ticks_ = std::move(on_ticks);
+  std::unique_ptr<ClientLink> link(new ClientLink());
+  link->id_ = id;
+  link->on_ticks_ = std::move(on_ticks);
   std::unique_ptr<Crypto> crypto;
-  if (std::string err = load_client_identity(config_path, id, c->config_, crypto); !err.empty()) return err;
-  c->crypto_ = std::move(crypto);
-  TransportOptions to;
-  to.send_hello = true;
-  to.cork_reads = true;
-  to.wan = wan;
-  const ClusterConfig& config = c->config_;
+  if (std::string err = load_client_identity(config_path, id, link->config_, crypto); !err.empty()) return err;
+  link->crypto_ = std::move(crypto);
+  TransportOptions transport_options;
+  transport_options.send_hello = true;
+  transport_options.cork_reads = true;
+  transport_options.wan = wan;
+  const ClusterConfig& config = link->config_;
   auto connect = [&config](Transport& t) -> std::string {
     for (NodeId r = 0; r < config.n; ++r) {
       if (std::string err = t.connect(r, config.replicas[r]); !err.empty()) return err;
@@ -110,29 +100,31 @@ std::string ClientLink::create(event_base* base, const std::string& config_path,
     return "";
   };
   if (wan.enabled()) {
-    c->own_transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to, std::move(on_message));
-    c->own_transport_->set_frame_filter(std::move(filter));
-    c->transport_ = c->own_transport_.get();
-    if (std::string err = connect(*c->transport_); !err.empty()) return err;
+    link->own_transport_ =
+        std::make_unique<Transport>(base, link->config_.n, *link->crypto_, transport_options, std::move(on_message));
+    link->own_transport_->set_frame_filter(std::move(filter));
+    link->transport_ = link->own_transport_.get();
+    if (std::string err = connect(*link->transport_); !err.empty()) return err;
   } else {
-    if (std::string err = join_shared(base, "pbft|" + config_path, c->config_.n, c->crypto_, to, connect,
-                                      std::move(on_message), std::move(filter), c->shared_);
+    if (std::string err = join_shared(base, "pbft|" + config_path, link->config_.n, link->crypto_,
+                                      transport_options, connect, std::move(on_message), std::move(filter),
+                                      link->shared_);
         !err.empty()) {
       return err;
     }
-    c->transport_ = c->shared_->transport.get();
+    link->transport_ = link->shared_->transport.get();
   }
-  ClientLink* raw = c.get();
-  c->tick_ev_.reset(event_new(
+  ClientLink* raw = link.get();
+  link->tick_ev_.reset(event_new(
       base, -1, EV_PERSIST, [](int, short, void* a) { static_cast<ClientLink*>(a)->on_timer(); }, raw));
-  BFT_ASSERT(c->tick_ev_ != nullptr);
-  event_priority_set(c->tick_ev_.get(), kPriorityIo);
+  BFT_ASSERT(link->tick_ev_ != nullptr);
+  event_priority_set(link->tick_ev_.get(), kPriorityIo);
   // The core counts 1 ms ticks; on_timer() delivers every elapsed one, so the timer itself may be coarser.
   // 5 ms keeps retransmission timing (100 ms and up) accurate while a process running many clients (the
   // closed-loop benchmark) does not wake up 1000 times a second per client.
-  c->arm(kTickMs);
-  c->last_tick_ns_ = clock_ns(CLOCK_MONOTONIC);
-  out = std::move(c);
+  link->arm(kTickMs);
+  link->last_tick_ns_ = clock_ns(CLOCK_MONOTONIC);
+  out = std::move(link);
   return "";
 }
 
@@ -190,8 +182,8 @@ void ClientLink::wake() {
 std::string ClientRuntime::create(event_base* base, const std::string& config_path, NodeId id, ClientOptions options,
                                   std::unique_ptr<ClientRuntime>& out, const WanSpec& wan) {
   out.reset();
-  std::unique_ptr<ClientRuntime> c(new ClientRuntime());
-  ClientRuntime* raw = c.get();
+  std::unique_ptr<ClientRuntime> client(new ClientRuntime());
+  ClientRuntime* raw = client.get();
   if (std::string err = ClientLink::create(
           base, config_path, id, wan,
           [raw](NodeId from, Message&& m) {
@@ -202,7 +194,7 @@ std::string ClientRuntime::create(event_base* base, const std::string& config_pa
             for (std::uint64_t i = 0; i < due; ++i) raw->core_->on_tick();
             raw->drain();
           },
-          c->link_,
+          client->link_,
           // The replicas slower than the certificate answer requests that completed already: at most one of
           // every four replies with f = 1 and tentative execution, each a MAC and a decode saved.
           [raw](MsgType type, NodeId, std::uint64_t seq) {
@@ -211,12 +203,12 @@ std::string ClientRuntime::create(event_base* base, const std::string& config_pa
       !err.empty()) {
     return err;
   }
-  options.n = c->link_->config().n;
-  options.f = c->link_->config().f;
+  options.n = client->link_->config().n;
+  options.f = client->link_->config().f;
   BFT_ASSERT(options.first_request_id > kHelloRequestId);
-  c->core_ = std::make_unique<Client>(options, id, c->link_->crypto(), c->link_->seed());
-  c->link_->set_idle([raw] { return raw->core_->in_flight() == 0; });
-  out = std::move(c);
+  client->core_ = std::make_unique<Client>(options, id, client->link_->crypto(), client->link_->seed());
+  client->link_->set_idle([raw] { return raw->core_->in_flight() == 0; });
+  out = std::move(client);
   return "";
 }
 
@@ -231,12 +223,12 @@ void ClientRuntime::drain() {
   draining_ = true;
   for (;;) {
     std::vector<Completion> done = core_->take_completions();
-    for (auto& c : done) {
-      auto it = callbacks_.find(c.request_id);
+    for (auto& completion : done) {
+      auto it = callbacks_.find(completion.request_id);
       if (it == callbacks_.end()) continue;  // the core completes each id once; an unknown id is not ours
       Callback cb = std::move(it->second);
       callbacks_.erase(it);
-      if (cb) cb(c);
+      if (cb) cb(completion);
     }
     core_->take_first_replies();  // a non-speculating client waits for the certificate only
     Effects e = core_->take_effects();
@@ -249,10 +241,10 @@ void ClientRuntime::drain() {
 
 std::uint64_t ClientRuntime::submit(Bytes op, bool read_only, Callback done) {
   link_->wake();
-  const std::uint64_t rid = core_->submit(std::move(op), read_only);
-  callbacks_[rid] = std::move(done);
+  const std::uint64_t request_id = core_->submit(std::move(op), read_only);
+  callbacks_[request_id] = std::move(done);
   drain();
-  return rid;
+  return request_id;
 }
 
 std::size_t ClientRuntime::in_flight() const { return core_->in_flight(); }
@@ -266,44 +258,45 @@ std::string DirectClient::create(event_base* base, const std::string& config_pat
                                  const ReplicaAddress& server, std::unique_ptr<DirectClient>& out, const WanSpec& wan) {
   out.reset();
   ::signal(SIGPIPE, SIG_IGN);
-  std::unique_ptr<DirectClient> c(new DirectClient());
-  c->id_ = id;
+  std::unique_ptr<DirectClient> client(new DirectClient());
+  client->id_ = id;
   std::unique_ptr<Crypto> crypto;
-  if (std::string err = load_client_identity(config_path, id, c->config_, crypto); !err.empty()) return err;
-  c->crypto_ = std::move(crypto);
-  c->next_request_id_ = fresh_first_request_id();
-  DirectClient* raw = c.get();
-  TransportOptions to;
-  to.send_hello = true;
+  if (std::string err = load_client_identity(config_path, id, client->config_, crypto); !err.empty()) return err;
+  client->crypto_ = std::move(crypto);
+  client->next_request_id_ = fresh_first_request_id();
+  DirectClient* raw = client.get();
+  TransportOptions transport_options;
+  transport_options.send_hello = true;
   // Not corked: with one server and no agreement, 32 closed-loop clients corked into one write per read turn the
   // client and the server into two processes that take turns (measured: half the CPU per request but 5%
   // fewer ops/s); the baseline keeps what serves it best.
-  to.cork_reads = false;
-  to.wan = wan;
+  transport_options.cork_reads = false;
+  transport_options.wan = wan;
   Transport::OnMessage on_message = [raw](NodeId from, Message&& m) { raw->on_message(from, std::move(m)); };
-  const ReplicaAddress addr = server.host.empty() ? c->config_.replicas[0] : server;
+  const ReplicaAddress addr = server.host.empty() ? client->config_.replicas[0] : server;
   auto connect = [&addr](Transport& t) { return t.connect(0, addr); };
   // Shared exactly as ClientLink shares the replicas' connections, so NO-REP gets the same transport.
   if (wan.enabled()) {
-    c->own_transport_ = std::make_unique<Transport>(base, c->config_.n, *c->crypto_, to, std::move(on_message));
-    c->transport_ = c->own_transport_.get();
-    if (std::string err = connect(*c->transport_); !err.empty()) return err;
+    client->own_transport_ = std::make_unique<Transport>(base, client->config_.n, *client->crypto_,
+                                                         transport_options, std::move(on_message));
+    client->transport_ = client->own_transport_.get();
+    if (std::string err = connect(*client->transport_); !err.empty()) return err;
   } else {
     const std::string key = "norep|" + config_path + "|" + addr.host + ":" + std::to_string(addr.port);
-    if (std::string err = join_shared(base, key, c->config_.n, c->crypto_, to, connect, std::move(on_message), {},
-                                      c->shared_);
+    if (std::string err = join_shared(base, key, client->config_.n, client->crypto_, transport_options, connect,
+                                      std::move(on_message), {}, client->shared_);
         !err.empty()) {
       return err;
     }
-    c->transport_ = c->shared_->transport.get();
+    client->transport_ = client->shared_->transport.get();
   }
-  c->timer_ev_.reset(event_new(
+  client->timer_ev_.reset(event_new(
       base, -1, EV_PERSIST, [](int, short, void* a) { static_cast<DirectClient*>(a)->on_timer(); }, raw));
-  BFT_ASSERT(c->timer_ev_ != nullptr);
+  BFT_ASSERT(client->timer_ev_ != nullptr);
   const timeval every{0, 50 * 1000};
-  BFT_ASSERT(event_add(c->timer_ev_.get(), &every) == 0);
-  c->now_ms_ = clock_ns(CLOCK_MONOTONIC) / 1000000;
-  out = std::move(c);
+  BFT_ASSERT(event_add(client->timer_ev_.get(), &every) == 0);
+  client->now_ms_ = clock_ns(CLOCK_MONOTONIC) / 1000000;
+  out = std::move(client);
   return "";
 }
 
@@ -334,9 +327,9 @@ std::uint64_t DirectClient::submit(Bytes op, bool read_only, Callback done) {
   r.authenticator.reserve(config_.n);
   for (NodeId i = 0; i < config_.n; ++i) r.authenticator.push_back(crypto_->mac(i, d.bytes));
   send(r);
-  const std::uint64_t rid = r.request_id;
-  outstanding_[rid] = Outstanding{std::move(r), std::move(done), clock_ns(CLOCK_MONOTONIC) / 1000000};
-  return rid;
+  const std::uint64_t request_id = r.request_id;
+  outstanding_[request_id] = Outstanding{std::move(r), std::move(done), clock_ns(CLOCK_MONOTONIC) / 1000000};
+  return request_id;
 }
 
 void DirectClient::on_message(NodeId from, Message&& m) {
@@ -344,23 +337,23 @@ void DirectClient::on_message(NodeId from, Message&& m) {
   if (from != 0 || reply == nullptr || reply->client != id_ || (reply->flags & kReplyHasResult) == 0) return;
   auto it = outstanding_.find(reply->request_id);
   if (it == outstanding_.end()) return;  // late duplicate
-  Completion c;
-  c.request_id = reply->request_id;
-  c.result = reply->result;  // decode_frame checked it against result_digest
-  c.view = 0;
-  c.read_only = (reply->flags & kReplyReadOnly) != 0;
+  Completion completion;
+  completion.request_id = reply->request_id;
+  completion.result = reply->result;  // decode_frame checked it against result_digest
+  completion.view = 0;
+  completion.read_only = (reply->flags & kReplyReadOnly) != 0;
   Callback cb = std::move(it->second.done);
   outstanding_.erase(it);
-  if (cb) cb(c);
+  if (cb) cb(completion);
 }
 
 void DirectClient::on_timer() {
   now_ms_ = clock_ns(CLOCK_MONOTONIC) / 1000000;
-  for (auto& [rid, o] : outstanding_) {
-    if (now_ms_ - o.sent_ms >= kRetransmitMs) {
-      o.sent_ms = now_ms_;
+  for (auto& [request_id, entry] : outstanding_) {
+    if (now_ms_ - entry.sent_ms >= kRetransmitMs) {
+      entry.sent_ms = now_ms_;
       ++retransmissions_;
-      send(o.request);
+      send(entry.request);
     }
   }
 }

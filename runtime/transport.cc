@@ -400,32 +400,11 @@ void Transport::read_frames(Conn* c) {
     if (avail < kHeaderBytes) return;
     const std::uint8_t* head = evbuffer_pullup(in, static_cast<ev_ssize_t>(kHeaderBytes));
     BFT_ASSERT(head != nullptr);
-    Reject reject = Reject::kNone;
-    const std::size_t len = frame_length(std::span<const std::uint8_t>(head, kHeaderBytes), reject);
-    if (len == 0) {
-      ++stats_.closed_bad_header;
-      ++stats_.rejects_by_reason[static_cast<std::size_t>(reject) % stats_.rejects_by_reason.size()];
-      LOG_WARN("", "node %u: closing connection: malformed frame header (%.*s)", self_,
-               static_cast<int>(to_string(reject).size()), to_string(reject).data());
-      close_conn(c, "malformed header");
-      return;
-    }
+    const std::size_t len = checked_frame_length(c, head);
+    if (len == 0) return;     // closed: a malformed header
     if (avail < len) return;  // the rest of the frame has not arrived yet
-    // Header fields at their wire offsets (protocol/wire.h): type at 5, sender at 8, receiver at 12, seq at 24.
-    std::uint32_t sender = 0;
-    std::uint32_t receiver = 0;
-    std::uint64_t seq = 0;
-    std::memcpy(&sender, head + 8, sizeof sender);
-    std::memcpy(&receiver, head + 12, sizeof receiver);
-    std::memcpy(&seq, head + 24, sizeof seq);
-    // The identity the frame claims to be for (multiplexing); it is checked like any header field: the MAC is
-    // computed with that identity's keys, and decode_frame() checks the receiver against it.
-    std::shared_ptr<Identity> ident;
-    if (!identities_.empty()) {
-      if (auto it = identities_.find(le32toh(receiver)); it != identities_.end()) ident = it->second;
-    }
-    const FrameFilter& filter = ident ? ident->filter : filter_;
-    if (filter && !filter(static_cast<MsgType>(head[5]), le32toh(sender), le64toh(seq))) {
+    const std::shared_ptr<Identity> ident = identity_of_frame(head);
+    if (filtered_out(ident.get(), head)) {
       evbuffer_drain(in, len);
       ++stats_.frames_skipped;
       stats_.bytes_received += len;
@@ -438,33 +417,83 @@ void Transport::read_frames(Conn* c) {
     ++stats_.frames_received;
     stats_.bytes_received += len;
     if (!d.ok()) {
-      ++stats_.frames_rejected;
-      ++stats_.rejects_by_reason[static_cast<std::size_t>(d.reject) % stats_.rejects_by_reason.size()];
-      LOG_DEBUG("", "node %u: frame rejected: %.*s", self_, static_cast<int>(to_string(d.reject).size()),
-                to_string(d.reject).data());
-      if (++c->rejects >= options_.rejects_max) {
-        ++stats_.closed_too_many_rejects;
-        close_conn(c, "too many rejected frames");
-        return;
-      }
+      if (!tolerate_reject(c, d.reject)) return;  // closed: too many rejected frames
       continue;
     }
-    if (!c->outgoing && d.sender != self_) {
-      bind(c, d.sender);
-      if (c->dead) return;  // delivering parked frames overflowed it
-      reconnect_now_if_waiting(d.sender);
-      if (d.sender >= n_ && is_hello(d.message)) {
-        ++stats_.hellos_received;
-        continue;
-      }
-    }
-    if (ident) {
-      // `ident` (a shared_ptr) keeps the callback alive even if the identity removes itself in it.
-      if (ident->on_message) ident->on_message(d.sender, std::move(d.message));
-      continue;
-    }
-    on_message_(d.sender, std::move(d.message));
+    deliver(c, ident, std::move(d));
   }
+}
+
+// The frame's length from its header, or 0 after closing the connection: a header that does not parse leaves
+// no way to find the next frame.
+std::size_t Transport::checked_frame_length(Conn* c, const std::uint8_t* head) {
+  Reject reject = Reject::kNone;
+  const std::size_t len = frame_length(std::span<const std::uint8_t>(head, kHeaderBytes), reject);
+  if (len != 0) return len;
+  ++stats_.closed_bad_header;
+  ++stats_.rejects_by_reason[static_cast<std::size_t>(reject) % stats_.rejects_by_reason.size()];
+  LOG_WARN("", "node %u: closing connection: malformed frame header (%.*s)", self_,
+           static_cast<int>(to_string(reject).size()), to_string(reject).data());
+  close_conn(c, "malformed header");
+  return 0;
+}
+
+// The further identity (multiplexing) the frame claims to be for, or null for the transport's own. It is
+// checked like any header field: the MAC is computed with that identity's keys, and decode_frame() checks the
+// receiver against it.
+std::shared_ptr<Transport::Identity> Transport::identity_of_frame(const std::uint8_t* head) const {
+  if (identities_.empty()) return nullptr;
+  // Header fields at their wire offsets (protocol/wire.h): receiver at 12.
+  std::uint32_t receiver = 0;
+  std::memcpy(&receiver, head + 12, sizeof receiver);
+  auto it = identities_.find(le32toh(receiver));
+  return it != identities_.end() ? it->second : nullptr;
+}
+
+// True when the receiving identity's filter (or the transport's) skips the frame, judged on its header alone.
+bool Transport::filtered_out(const Identity* ident, const std::uint8_t* head) const {
+  const FrameFilter& filter = ident != nullptr ? ident->filter : filter_;
+  if (!filter) return false;
+  // Header fields at their wire offsets (protocol/wire.h): type at 5, sender at 8, seq at 24.
+  std::uint32_t sender = 0;
+  std::uint64_t seq = 0;
+  std::memcpy(&sender, head + 8, sizeof sender);
+  std::memcpy(&seq, head + 24, sizeof seq);
+  return !filter(static_cast<MsgType>(head[5]), le32toh(sender), le64toh(seq));
+}
+
+// Counts a rejected frame; a connection that sends too many is closed (then false).
+bool Transport::tolerate_reject(Conn* c, Reject reject) {
+  ++stats_.frames_rejected;
+  ++stats_.rejects_by_reason[static_cast<std::size_t>(reject) % stats_.rejects_by_reason.size()];
+  LOG_DEBUG("", "node %u: frame rejected: %.*s", self_, static_cast<int>(to_string(reject).size()),
+            to_string(reject).data());
+  if (++c->rejects >= options_.rejects_max) {
+    ++stats_.closed_too_many_rejects;
+    close_conn(c, "too many rejected frames");
+    return false;
+  }
+  return true;
+}
+
+// Hands an authenticated frame to its identity's callback (or the transport's). The first frame of a node on
+// an incoming connection binds the node to it; a client's HELLO does nothing else.
+void Transport::deliver(Conn* c, const std::shared_ptr<Identity>& ident, Decoded&& d) {
+  if (!c->outgoing && d.sender != self_) {
+    bind(c, d.sender);
+    if (c->dead) return;  // delivering parked frames overflowed it
+    reconnect_now_if_waiting(d.sender);
+    if (d.sender >= n_ && is_hello(d.message)) {
+      ++stats_.hellos_received;
+      return;
+    }
+  }
+  if (ident) {
+    // `ident` (a shared_ptr) keeps the callback alive even if the identity removes itself in it.
+    if (ident->on_message) ident->on_message(d.sender, std::move(d.message));
+    return;
+  }
+  on_message_(d.sender, std::move(d.message));
 }
 
 // Authenticated: frames for `node` go over this connection from now on, starting with any parked ones.

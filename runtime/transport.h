@@ -215,6 +215,12 @@ class Transport {
     FrameFilter filter;
   };
   std::map<NodeId, std::shared_ptr<Identity>> identities_;  // further local identities (multiplexing)
+  // read_frames()'s steps.
+  std::size_t checked_frame_length(Conn* c, const std::uint8_t* head);
+  std::shared_ptr<Identity> identity_of_frame(const std::uint8_t* head) const;
+  bool filtered_out(const Identity* ident, const std::uint8_t* head) const;
+  bool tolerate_reject(Conn* c, Reject reject);
+  void deliver(Conn* c, const std::shared_ptr<Identity>& ident, Decoded&& d);
   void send_with(const Crypto& crypto, const Send& s);
   void write_hello(Conn* c, const Crypto& crypto);
   Prng prng_;

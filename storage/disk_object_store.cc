@@ -116,7 +116,7 @@ struct DiskObjectStore::Impl {
     std::map<std::uint64_t, Content> frozen;
   };
 
-  DiskStoreOptions opt;
+  DiskStoreOptions options;
   std::string dir;
   std::string data_path;
   std::string index_path;
@@ -155,7 +155,7 @@ struct DiskObjectStore::Impl {
 
   mutable std::set<std::uint64_t> corrupt;
   mutable std::uint64_t corrupt_read_count = 0;
-  mutable DiskStoreStats st;
+  mutable DiskStoreStats stats;
 
   // ---- values ----
 
@@ -164,7 +164,7 @@ struct DiskObjectStore::Impl {
     Extent e{data_end, static_cast<std::uint32_t>(v.size()), value_crc(key, v)};
     if (pwrite_all(data_fd.get(), v.data(), v.size(), data_end) != 0) die("cannot write", data_path);
     data_end += v.size();
-    st.values_written++;
+    stats.values_written++;
     start_writeback();
     return e;
   }
@@ -189,12 +189,12 @@ struct DiskObjectStore::Impl {
   // or an I/O error the partition is marked corrupt and false is returned; `out` then holds what was read.
   bool read_value(const ObjectKey& key, const Extent& e, std::uint64_t partition, Bytes& out) const {
     out.assign(e.len, 0);
-    st.value_reads++;
+    stats.value_reads++;
     const ssize_t n = pread_all(data_fd.get(), out.data(), out.size(), e.offset);
     const int read_errno = n < 0 ? errno : 0;
     if (n == static_cast<ssize_t>(e.len) && value_crc(key, out) == e.crc) return true;
     corrupt_read_count++;
-    st.corrupt_reads++;
+    stats.corrupt_reads++;
     if (corrupt.insert(partition).second) {
       LOG_WARN("", "fs store: value at %llu+%u in partition %llu fails its checksum%s%s; partition marked corrupt",
                static_cast<unsigned long long>(e.offset), e.len, static_cast<unsigned long long>(partition),
@@ -373,7 +373,7 @@ struct DiskObjectStore::Impl {
     w.u8(kRecCommit);
     w.u64(seq);
     w.u64(data_end);
-    w.u64(opt.partitions);
+    w.u64(options.partitions);
     w.bytes(root.bytes);
     return b;
   }
@@ -422,25 +422,25 @@ struct DiskObjectStore::Impl {
     versions.insert_or_assign(seq, Version{std::move(next), {}});
     latest_seq = seq;
     has_checkpoint = true;
-    st.checkpoints++;
+    stats.checkpoints++;
     maybe_compact_data();  // (rewrites the journal when it runs)
     maybe_compact_index();
     return CheckpointId{seq, root};
   }
 
   PartitionTree empty_tree() const {
-    PartitionTree t(opt.partitions, Digest{});
+    PartitionTree t(options.partitions, Digest{});
     const Bytes empty = fs::empty_partition_bytes();
-    for (std::uint64_t p = 0; p < opt.partitions; ++p) t.set_leaf(p, PartitionTree::leaf_digest(p, empty));
+    for (std::uint64_t p = 0; p < options.partitions; ++p) t.set_leaf(p, PartitionTree::leaf_digest(p, empty));
     return t;
   }
 
   // Rewrites the journal as one PART per non-empty partition and one COMMIT, when it has grown past twice
   // that size: amortized O(1) per PART appended. Called right after a checkpoint (current = latest).
   void maybe_compact_index() {
-    if (index_end < opt.index_compact_bytes_min || index_end < 2 * live_index_bytes + 4096) return;
+    if (index_end < options.index_compact_bytes_min || index_end < 2 * live_index_bytes + 4096) return;
     rewrite_index(data_generation);
-    st.index_compactions++;
+    stats.index_compactions++;
   }
 
   // Atomically replaces the journal by one naming data file `generation` (written to a temporary file, fsynced,
@@ -449,8 +449,8 @@ struct DiskObjectStore::Impl {
     BFT_ASSERT(dirty.empty());
     const PartitionTree& t = versions.rbegin()->second.tree;
     Bytes records;
-    append_record(records, header_body(opt.partitions, generation));
-    for (std::uint64_t p = 0; p < opt.partitions; ++p) {
+    append_record(records, header_body(options.partitions, generation));
+    for (std::uint64_t p = 0; p < options.partitions; ++p) {
       if (part_record_bytes[p] == 0) continue;
       const std::size_t before = records.size();
       append_record(records, part_body(p, t.leaf(p), content_of(p)));
@@ -476,7 +476,7 @@ struct DiskObjectStore::Impl {
   // before it leaves the old pair in force, and open removes the orphan). Amortized O(1) per byte written;
   // a pause of O(live bytes) at the checkpoint that triggers it. Called right after a checkpoint.
   void maybe_compact_data() {
-    if (data_end < opt.data_compact_bytes_min || data_end < 2 * live_value_bytes + 4096) return;
+    if (data_end < options.data_compact_bytes_min || data_end < 2 * live_value_bytes + 4096) return;
     // Every extent named by the current objects or a retained checkpoint's frozen content.
     // Keyed by (offset, length): an empty value has the offset of the value appended after it.
     std::set<std::pair<std::uint64_t, std::uint32_t>> referenced;
@@ -520,7 +520,7 @@ struct DiskObjectStore::Impl {
     writeback_start = end;  // the new file was fdatasynced whole
     rewrite_index(next_gen);  // the switch
     if (::unlink(old_path.c_str()) != 0) die("cannot remove", old_path);
-    st.data_compactions++;
+    stats.data_compactions++;
   }
 
   // ---- open ----
@@ -539,35 +539,71 @@ struct DiskObjectStore::Impl {
     return "";
   }
 
-  std::string load() {
-    struct stat sb{};
-    if (::fstat(index_fd.get(), &sb) != 0) return errno_text("cannot stat", index_path);
-    Bytes file(static_cast<std::size_t>(sb.st_size));
-    if (pread_all(index_fd.get(), file.data(), file.size(), 0) != static_cast<ssize_t>(file.size())) {
-      return errno_text("cannot read", index_path);
-    }
-    part_bytes.assign(opt.partitions, fs::empty_partition_bytes().size());
-    part_record_bytes.assign(opt.partitions, 0);
-    if (file.empty()) {
-      // A new store: the header, durable with its directory entry.
-      Bytes rec;
-      append_record(rec, header_body(opt.partitions, 0));
-      append_to_index(rec);
-      if (::fsync(index_fd.get()) != 0) return errno_text("cannot fsync", index_path);
-      if (std::string e = open_data(0); !e.empty()) return e;
-      if (::ftruncate(data_fd.get(), 0) != 0) return errno_text("cannot truncate", data_path);
-      if (::fsync(dir_fd.get()) != 0) return errno_text("cannot fsync", dir);
-      return "";
-    }
+  // What replaying the index journal found: the partitions of the last complete checkpoint (PART records
+  // followed by their COMMIT), and where the journal's valid prefix ends.
+  struct JournalReplay {
+    bool header = false;
     std::map<std::uint64_t, std::pair<Digest, Content>> committed;
-    std::map<std::uint64_t, std::pair<Digest, Content>> pending;
+    std::map<std::uint64_t, std::pair<Digest, Content>> pending;  // PARTs not yet followed by a COMMIT
+    bool any_commit = false;
     std::uint64_t commit_seq = 0;
     std::uint64_t commit_data_end = 0;
     Digest commit_root;
-    bool any_commit = false;
-    std::size_t good_end = 0;
+    std::size_t good_end = 0;  // end of the last record that completes something (the header or a COMMIT)
+  };
+
+  // Opens the store: a new one if the index is empty, else the last complete checkpoint of the journal, with
+  // the index and the data file cut back to it.
+  std::string load() {
+    Bytes file;
+    if (std::string e = read_index(file); !e.empty()) return e;
+    part_bytes.assign(options.partitions, fs::empty_partition_bytes().size());
+    part_record_bytes.assign(options.partitions, 0);
+    if (file.empty()) return create_new();
+    JournalReplay replay;
+    if (std::string e = replay_journal(file, replay); !e.empty()) return e;
+    if (!replay.header) return "index has no valid header";
+    if (std::string e = open_data(data_generation); !e.empty()) return e;
+    if (std::string e = cut_index_after(file.size(), replay.good_end); !e.empty()) return e;
+    for (std::uint64_t p = 0; p < options.partitions; ++p) {
+      if (replay.committed.count(p) == 0) part_record_bytes[p] = 0;  // only pending (discarded) records named it
+    }
+    live_index_bytes = 0;
+    for (std::uint64_t b : part_record_bytes) live_index_bytes += b;
+    if (!replay.any_commit) {
+      if (::ftruncate(data_fd.get(), 0) != 0) return errno_text("cannot truncate", data_path);
+      return "";
+    }
+    if (std::string e = cut_data_to(replay); !e.empty()) return e;
+    return install_committed(replay);
+  }
+
+  std::string read_index(Bytes& file) {
+    struct stat sb{};
+    if (::fstat(index_fd.get(), &sb) != 0) return errno_text("cannot stat", index_path);
+    file.resize(static_cast<std::size_t>(sb.st_size));
+    if (pread_all(index_fd.get(), file.data(), file.size(), 0) != static_cast<ssize_t>(file.size())) {
+      return errno_text("cannot read", index_path);
+    }
+    return "";
+  }
+
+  // A new store: the header, durable with its directory entry.
+  std::string create_new() {
+    Bytes rec;
+    append_record(rec, header_body(options.partitions, 0));
+    append_to_index(rec);
+    if (::fsync(index_fd.get()) != 0) return errno_text("cannot fsync", index_path);
+    if (std::string e = open_data(0); !e.empty()) return e;
+    if (::ftruncate(data_fd.get(), 0) != 0) return errno_text("cannot truncate", data_path);
+    if (::fsync(dir_fd.get()) != 0) return errno_text("cannot fsync", dir);
+    return "";
+  }
+
+  // Reads the journal's records in order until the first that is torn (a bad length or checksum: nothing
+  // after it is trusted). A record that is whole but malformed is an error.
+  std::string replay_journal(const Bytes& file, JournalReplay& replay) {
     std::size_t pos = 0;
-    bool header = false;
     while (file.size() - pos >= 8) {
       const std::uint32_t len = load_u32_le(file.data() + pos);
       const std::uint32_t crc = load_u32_le(file.data() + pos + 4);
@@ -577,112 +613,141 @@ struct DiskObjectStore::Impl {
       ByteReader r(body);
       std::uint8_t type = 0;
       if (!r.u8(type)) return "index record at " + std::to_string(pos) + " is empty";
-      if (!header) {
-        Bytes m;
-        std::uint32_t version = 0;
-        std::uint64_t partitions = 0;
-        if (type != kRecHeader || !r.bytes(sizeof kMagic, m) || std::memcmp(m.data(), kMagic, sizeof kMagic) != 0) {
-          return "index does not start with a bftfs index header";
-        }
-        if (!r.u32(version) || version != kVersion) return "index version " + std::to_string(version) + " unknown";
-        if (!r.u64(partitions) || partitions != opt.partitions) {
-          return "index made for " + std::to_string(partitions) + " partitions, the service has " +
-                 std::to_string(opt.partitions);
-        }
-        if (!r.u64(data_generation) || !r.done()) return "malformed index header";
-        header = true;
-        good_end = pos + 8 + len;  // a header alone is a valid, empty store
+      std::string e;
+      if (!replay.header) {
+        e = read_header_record(type, r);
+        replay.header = e.empty();
+        replay.good_end = pos + 8 + len;  // a header alone is a valid, empty store
       } else if (type == kRecPart) {
-        std::uint64_t p = 0;
-        Bytes leaf;
-        std::uint32_t n = 0;
-        if (!r.u64(p) || p >= opt.partitions || !r.bytes(kDigestBytes, leaf) || !r.u32(n)) {
-          return "malformed PART record at " + std::to_string(pos);
-        }
-        if (n > r.remaining() / 27) return "PART record at " + std::to_string(pos) + " claims too many objects";
-        std::pair<Digest, Content> part;
-        std::memcpy(part.first.bytes.data(), leaf.data(), kDigestBytes);
-        part.second.reserve(n);
-        for (std::uint32_t i = 0; i < n; ++i) {
-          ObjectKey k;
-          Extent e;
-          if (!read_key(r, k) || !r.u64(e.offset) || !r.u32(e.len) || !r.u32(e.crc)) {
-            return "malformed object in PART record at " + std::to_string(pos);
-          }
-          if (fs::partition_of(k, opt.partitions) != p) return "PART record at " + std::to_string(pos) + ": foreign key";
-          if (!part.second.empty() && !(part.second.back().first < k)) return "PART keys not increasing";
-          part.second.emplace_back(std::move(k), e);
-        }
-        if (!r.done()) return "trailing bytes in PART record at " + std::to_string(pos);
-        pending.insert_or_assign(p, std::move(part));
-        part_record_bytes[p] = 8 + len;
+        e = read_part_record(r, pos, len, replay);
       } else if (type == kRecCommit) {
-        std::uint64_t seq = 0;
-        std::uint64_t end = 0;
-        std::uint64_t partitions = 0;
-        Bytes root;
-        if (!r.u64(seq) || !r.u64(end) || !r.u64(partitions) || !r.bytes(kDigestBytes, root) || !r.done()) {
-          return "malformed COMMIT record at " + std::to_string(pos);
-        }
-        if (partitions != opt.partitions) return "COMMIT for another partition count";
-        if (any_commit && (seq < commit_seq || end < commit_data_end)) return "COMMIT records out of order";
-        for (auto& [p, part] : pending) {
-          for (const auto& [k, e] : part.second) {
-            if (e.offset + e.len > end) return "PART names bytes beyond its COMMIT's data end";
-          }
-          committed.insert_or_assign(p, std::move(part));
-        }
-        pending.clear();
-        commit_seq = seq;
-        commit_data_end = end;
-        std::memcpy(commit_root.bytes.data(), root.data(), kDigestBytes);
-        any_commit = true;
-        good_end = pos + 8 + len;
+        e = read_commit_record(r, pos, len, replay);
       } else {
-        return "unknown index record type " + std::to_string(type);
+        e = "unknown index record type " + std::to_string(type);
       }
+      if (!e.empty()) return e;
       pos += 8 + len;
     }
-    if (!header) return "index has no valid header";
-    if (std::string e = open_data(data_generation); !e.empty()) return e;
-    if (good_end < file.size()) {
+    return "";
+  }
+
+  // The first record: magic, format version, the partition count the store was made for, the data generation.
+  std::string read_header_record(std::uint8_t type, ByteReader& r) {
+    Bytes m;
+    std::uint32_t version = 0;
+    std::uint64_t partitions = 0;
+    if (type != kRecHeader || !r.bytes(sizeof kMagic, m) || std::memcmp(m.data(), kMagic, sizeof kMagic) != 0) {
+      return "index does not start with a bftfs index header";
+    }
+    if (!r.u32(version) || version != kVersion) return "index version " + std::to_string(version) + " unknown";
+    if (!r.u64(partitions) || partitions != options.partitions) {
+      return "index made for " + std::to_string(partitions) + " partitions, the service has " +
+             std::to_string(options.partitions);
+    }
+    if (!r.u64(data_generation) || !r.done()) return "malformed index header";
+    return "";
+  }
+
+  // A PART record: one partition's leaf digest and content, pending until the COMMIT that follows it.
+  std::string read_part_record(ByteReader& r, std::size_t pos, std::uint32_t len, JournalReplay& replay) {
+    std::uint64_t p = 0;
+    Bytes leaf;
+    std::uint32_t n = 0;
+    if (!r.u64(p) || p >= options.partitions || !r.bytes(kDigestBytes, leaf) || !r.u32(n)) {
+      return "malformed PART record at " + std::to_string(pos);
+    }
+    if (n > r.remaining() / 27) return "PART record at " + std::to_string(pos) + " claims too many objects";
+    std::pair<Digest, Content> part;
+    std::memcpy(part.first.bytes.data(), leaf.data(), kDigestBytes);
+    part.second.reserve(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      ObjectKey k;
+      Extent e;
+      if (!read_key(r, k) || !r.u64(e.offset) || !r.u32(e.len) || !r.u32(e.crc)) {
+        return "malformed object in PART record at " + std::to_string(pos);
+      }
+      if (fs::partition_of(k, options.partitions) != p) return "PART record at " + std::to_string(pos) + ": foreign key";
+      if (!part.second.empty() && !(part.second.back().first < k)) return "PART keys not increasing";
+      part.second.emplace_back(std::move(k), e);
+    }
+    if (!r.done()) return "trailing bytes in PART record at " + std::to_string(pos);
+    replay.pending.insert_or_assign(p, std::move(part));
+    part_record_bytes[p] = 8 + len;
+    return "";
+  }
+
+  // A COMMIT record: the pending PARTs become the checkpoint's, which names the data file's end and its root.
+  std::string read_commit_record(ByteReader& r, std::size_t pos, std::uint32_t len, JournalReplay& replay) {
+    std::uint64_t seq = 0;
+    std::uint64_t end = 0;
+    std::uint64_t partitions = 0;
+    Bytes root;
+    if (!r.u64(seq) || !r.u64(end) || !r.u64(partitions) || !r.bytes(kDigestBytes, root) || !r.done()) {
+      return "malformed COMMIT record at " + std::to_string(pos);
+    }
+    if (partitions != options.partitions) return "COMMIT for another partition count";
+    if (replay.any_commit && (seq < replay.commit_seq || end < replay.commit_data_end)) {
+      return "COMMIT records out of order";
+    }
+    for (auto& [p, part] : replay.pending) {
+      for (const auto& [k, e] : part.second) {
+        if (e.offset + e.len > end) return "PART names bytes beyond its COMMIT's data end";
+      }
+      replay.committed.insert_or_assign(p, std::move(part));
+    }
+    replay.pending.clear();
+    replay.commit_seq = seq;
+    replay.commit_data_end = end;
+    std::memcpy(replay.commit_root.bytes.data(), root.data(), kDigestBytes);
+    replay.any_commit = true;
+    replay.good_end = pos + 8 + len;
+    return "";
+  }
+
+  // Cuts the journal back to `good_end` (records after the last complete checkpoint: a crash mid-write),
+  // durably, before anything is appended to it.
+  std::string cut_index_after(std::size_t file_size, std::size_t good_end) {
+    if (good_end < file_size) {
       LOG_WARN("", "fs store: discarding %zu bytes of index after the last complete checkpoint (a crash mid-write)",
-               file.size() - good_end);
+               file_size - good_end);
       if (::ftruncate(index_fd.get(), static_cast<off_t>(good_end)) != 0) return errno_text("cannot truncate", index_path);
       if (::fsync(index_fd.get()) != 0) return errno_text("cannot fsync", index_path);
     }
     index_end = good_end;
-    for (std::uint64_t p = 0; p < opt.partitions; ++p) {
-      if (committed.count(p) == 0) part_record_bytes[p] = 0;  // only pending (discarded) records named it
-    }
-    live_index_bytes = 0;
-    for (std::uint64_t b : part_record_bytes) live_index_bytes += b;
-    if (!any_commit) {
-      if (::ftruncate(data_fd.get(), 0) != 0) return errno_text("cannot truncate", data_path);
-      return "";
-    }
+    return "";
+  }
+
+  // The data file must hold every byte the checkpoint names (values were made durable before the index named
+  // them); bytes after that end are cut off.
+  std::string cut_data_to(const JournalReplay& replay) {
     struct stat ds{};
     if (::fstat(data_fd.get(), &ds) != 0) return errno_text("cannot stat", data_path);
-    if (static_cast<std::uint64_t>(ds.st_size) < commit_data_end) {
-      return "data file is " + std::to_string(ds.st_size) + " bytes but checkpoint " + std::to_string(commit_seq) +
-             " names " + std::to_string(commit_data_end) + " (lost writes)";
+    if (static_cast<std::uint64_t>(ds.st_size) < replay.commit_data_end) {
+      return "data file is " + std::to_string(ds.st_size) + " bytes but checkpoint " +
+             std::to_string(replay.commit_seq) + " names " + std::to_string(replay.commit_data_end) + " (lost writes)";
     }
     // Values appended after the checkpoint belong to executions the engine replays: drop them.
-    if (static_cast<std::uint64_t>(ds.st_size) > commit_data_end) {
-      if (::ftruncate(data_fd.get(), static_cast<off_t>(commit_data_end)) != 0) {
+    if (static_cast<std::uint64_t>(ds.st_size) > replay.commit_data_end) {
+      if (::ftruncate(data_fd.get(), static_cast<off_t>(replay.commit_data_end)) != 0) {
         return errno_text("cannot truncate", data_path);
       }
     }
-    data_end = commit_data_end;
-    writeback_start = commit_data_end;
+    data_end = replay.commit_data_end;
+    writeback_start = replay.commit_data_end;
+    return "";
+  }
+
+  // Makes the committed partitions the current objects and the one retained checkpoint, once their leaves
+  // give the root the COMMIT recorded.
+  std::string install_committed(const JournalReplay& replay) {
     PartitionTree t = empty_tree();
-    for (const auto& [p, part] : committed) {
+    for (const auto& [p, part] : replay.committed) {
       t.set_leaf(p, part.first);
       for (const auto& [k, e] : part.second) index_put(k, e, p);
     }
-    if (t.root() != commit_root) return "index root differs from its COMMIT record (damaged index)";
-    versions.emplace(commit_seq, Version{std::move(t), {}});
-    latest_seq = commit_seq;
+    if (t.root() != replay.commit_root) return "index root differs from its COMMIT record (damaged index)";
+    versions.emplace(replay.commit_seq, Version{std::move(t), {}});
+    latest_seq = replay.commit_seq;
     has_checkpoint = true;
     return "";
   }
@@ -693,7 +758,7 @@ std::string DiskObjectStore::open(const std::string& dir, const DiskStoreOptions
   out.reset();
   BFT_ASSERT(options.partitions > 0);
   auto m = std::make_unique<Impl>();
-  m->opt = options;
+  m->options = options;
   m->dir = dir;
   m->index_path = dir + "/index";
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errno_text("cannot create directory", dir);
@@ -709,7 +774,7 @@ std::string DiskObjectStore::open(const std::string& dir, const DiskStoreOptions
 DiskObjectStore::DiskObjectStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DiskObjectStore::~DiskObjectStore() = default;
 
-std::uint64_t DiskObjectStore::partition_count() const { return impl_->opt.partitions; }
+std::uint64_t DiskObjectStore::partition_count() const { return impl_->options.partitions; }
 
 Value DiskObjectStore::get(const ObjectKey& key) const {
   auto it = impl_->index.find(key);
@@ -869,7 +934,7 @@ std::uint64_t DiskObjectStore::scrub() {
 }
 
 DiskStoreStats DiskObjectStore::stats() const {
-  DiskStoreStats s = impl_->st;
+  DiskStoreStats s = impl_->stats;
   s.data_file_bytes = impl_->data_end;
   s.live_value_bytes = impl_->live_value_bytes;
   s.index_file_bytes = impl_->index_end;

@@ -1,84 +1,36 @@
+// The write-ahead log while it runs: framing and buffering records, group commit (direct or RWF_DSYNC
+// writes), preallocation of the next segment, roll-over and compaction. Opening and replaying a log is in
+// wal_open.cc; the format is described in wal.h.
 #include "storage/wal.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 
 #include "common/assert.h"
+#include "common/codec.h"
 #include "common/log.h"
+#include "os/clock.h"
 #include "storage/crc32c.h"
+#include "storage/wal_format.h"
 
 namespace bftfs {
-namespace {
 
-constexpr std::uint8_t kSegmentMagicV1[8] = {'B', 'F', 'T', 'W', 'A', 'L', '0', '1'};
-constexpr std::uint8_t kSegmentMagic[8] = {'B', 'F', 'T', 'W', 'A', 'L', '0', '2'};
-constexpr std::uint32_t kGroupStart = 0x80000000u;
-constexpr std::uint32_t kSeal = 0x40000000u;
-constexpr std::uint32_t kLengthMask = 0x3FFFFFFFu;
-static_assert(kWalRecordBytesMax <= kLengthMask);
-static_assert(kWalSealBytes == kWalRecordHeaderBytes + 8);
+using namespace wal_format;
 
-// The next segment while it is being preallocated. The name ends in .tmp, so open() deletes a leftover one:
-// after a crash nothing says how much of it reached the disk, and it holds no records.
-constexpr char kNextSegmentName[] = "next.prealloc.tmp";
-
-// The most zeros one maintain() step writes, whatever the pace asks for.
-constexpr std::uint64_t kPreallocStepBytesMax = 256 << 10;
-
-// write_group() keeps its aligned staging buffer for groups up to this size; a larger group (a bulk file write)
-// gets a buffer of its own that is freed after the write, so one burst does not pin megabytes for good.
-constexpr std::size_t kDirectBufKeepBytes = 1 << 20;
-
-std::size_t align_down(std::size_t v) { return v - v % kWalDirectAlign; }
-std::size_t align_up(std::size_t v) { return align_down(v + kWalDirectAlign - 1); }
-
-// Zeros for preallocation and for clearing a torn tail: written from here in pieces of this size.
-constexpr std::size_t kZeroBlockBytes = 64 << 10;
-alignas(4096) constexpr std::uint8_t kZeros[kZeroBlockBytes] = {};
-
-std::uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-void put_u32(std::uint8_t* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-void put_u64(std::uint8_t* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-std::uint32_t get_u32(const std::uint8_t* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-std::uint64_t get_u64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
+namespace wal_format {
 
 std::uint32_t record_crc(std::uint64_t salt, std::uint32_t length_and_flags, std::span<const std::uint8_t> payload) {
   std::uint8_t head[12];
-  put_u64(head, salt);
-  put_u32(head + 8, length_and_flags);
+  store_u64_le(head, salt);
+  store_u32_le(head + 8, length_and_flags);
   return crc32c(crc32c(0, head), payload);
-}
-
-std::string errno_text(const std::string& what, const std::string& path) {
-  return what + " " + path + ": " + std::strerror(errno);
 }
 
 std::string segment_name(std::uint64_t index, bool base) {
@@ -87,64 +39,25 @@ std::string segment_name(std::uint64_t index, bool base) {
   return buf;
 }
 
-// Parses "<16 hex>.seg" / "<16 hex>.base". Anything else in the directory is not ours and is left alone.
-bool parse_segment_name(const std::string& name, std::uint64_t& index, bool& base) {
-  if (name.size() < 17 || name[16] != '.') return false;
-  const std::string ext = name.substr(17);
-  if (ext == "seg") {
-    base = false;
-  } else if (ext == "base") {
-    base = true;
-  } else {
-    return false;
-  }
-  index = 0;
-  for (int i = 0; i < 16; ++i) {
-    const char c = name[static_cast<std::size_t>(i)];
-    int d;
-    if (c >= '0' && c <= '9') {
-      d = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      d = c - 'a' + 10;
-    } else {
-      return false;
-    }
-    index = (index << 4) | static_cast<std::uint64_t>(d);
-  }
-  return true;
-}
-
-bool read_file(const std::string& path, Bytes& out, std::string& err) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    err = errno_text("cannot open", path);
-    return false;
-  }
-  struct stat st{};
-  if (fstat(fd.get(), &st) != 0) {
-    err = errno_text("cannot stat", path);
-    return false;
-  }
-  out.resize(static_cast<std::size_t>(st.st_size));
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t r = ::read(fd.get(), out.data() + done, out.size() - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      err = errno_text("cannot read", path);
-      return false;
-    }
-    if (r == 0) break;
-    done += static_cast<std::size_t>(r);
-  }
-  out.resize(done);
-  return true;
-}
-
 [[noreturn]] void die(const char* what, const std::string& where) {
   LOG_ERROR("", "wal: %s %s failed: %s; stopping (cannot persist)", what, where.c_str(), std::strerror(errno));
   std::abort();
 }
+
+}  // namespace wal_format
+
+namespace {
+
+// The most zeros one maintain() step writes, whatever the pace asks for.
+constexpr std::uint64_t kPreallocStepBytesMax = 256 << 10;
+
+// write_group() keeps its aligned staging buffer for groups up to this size; a larger group (a bulk file write)
+// gets a buffer of its own that is freed after the write, so one burst does not pin megabytes for good.
+constexpr std::size_t kDirectBufKeepBytes = 1 << 20;
+
+// Zeros for preallocation and for clearing a torn tail: written from here in pieces of this size.
+constexpr std::size_t kZeroBlockBytes = 64 << 10;
+alignas(4096) constexpr std::uint8_t kZeros[kZeroBlockBytes] = {};
 
 void fsync_or_die(int fd, const std::string& what) {
   if (::fsync(fd) != 0) die("fsync of", what);
@@ -163,19 +76,6 @@ int pwrite_all(int fd, const std::uint8_t* data, std::size_t size, std::uint64_t
   return 0;
 }
 
-// Writes `size` zero bytes at `offset` (not yet durable).
-void write_zeros_or_die(int fd, std::uint64_t offset, std::uint64_t size, const std::string& what) {
-  while (size > 0) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(size, kZeroBlockBytes));
-    if (const int err = pwrite_all(fd, kZeros, n, offset, 0); err != 0) {
-      errno = err;
-      die("zero-filling", what);
-    }
-    offset += n;
-    size -= n;
-  }
-}
-
 std::uint64_t random_salt() {
   std::uint64_t salt = 0;
   while (getrandom(&salt, sizeof salt, 0) != static_cast<ssize_t>(sizeof salt)) {
@@ -188,27 +88,26 @@ std::uint64_t random_salt() {
 // log whose every record is torn).
 void make_segment_header(std::uint8_t* out, std::uint64_t salt) {
   std::memcpy(out, kSegmentMagic, 8);
-  put_u64(out + 8, salt);
-  put_u32(out + 16, crc32c(0, std::span<const std::uint8_t>(out, 16)));
-  put_u32(out + 20, 0);
-}
-
-// Offset just past the last non-zero byte of data[from, size), or `from` if those bytes are all zero.
-std::size_t nonzero_end(const Bytes& data, std::size_t from) {
-  std::size_t end = data.size();
-  while (end >= from + 8) {
-    std::uint64_t w;
-    std::memcpy(&w, data.data() + end - 8, 8);
-    if (w != 0) break;
-    end -= 8;
-  }
-  while (end > from && data[end - 1] == 0) --end;
-  return end;
+  store_u64_le(out + 8, salt);
+  store_u32_le(out + 16, crc32c(0, std::span<const std::uint8_t>(out, 16)));
+  store_u32_le(out + 20, 0);
 }
 
 enum class LiveKind : std::uint8_t { kView, kPrePrepare, kPrepared, kCommitted, kCheckpoint, kStable };
 
 }  // namespace
+
+void wal_format::write_zeros_or_die(int fd, std::uint64_t offset, std::uint64_t size, const std::string& what) {
+  while (size > 0) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(size, kZeroBlockBytes));
+    if (const int err = pwrite_all(fd, kZeros, n, offset, 0); err != 0) {
+      errno = err;
+      die("zero-filling", what);
+    }
+    offset += n;
+    size -= n;
+  }
+}
 
 struct Wal::LiveEntry {
   std::uint64_t order = 0;
@@ -231,11 +130,11 @@ void Wal::frame_into(Bytes& out, std::span<const std::uint8_t> payload, std::uin
   BFT_ASSERT(!payload.empty());
   BFT_ASSERT(payload.size() <= kWalRecordBytesMax);
   BFT_ASSERT((flags & kLengthMask) == 0);
-  const std::uint32_t lf = static_cast<std::uint32_t>(payload.size()) | flags;
+  const std::uint32_t length_and_flags = static_cast<std::uint32_t>(payload.size()) | flags;
   const std::size_t at = out.size();
   out.resize(at + kWalRecordHeaderBytes + payload.size());
-  put_u32(out.data() + at, lf);
-  put_u32(out.data() + at + 4, record_crc(salt_, lf, payload));
+  store_u32_le(out.data() + at, length_and_flags);
+  store_u32_le(out.data() + at + 4, record_crc(salt_, length_and_flags, payload));
   std::memcpy(out.data() + at + kWalRecordHeaderBytes, payload.data(), payload.size());
 }
 
@@ -431,10 +330,10 @@ Wal::Group Wal::begin_group() {
 
 void Wal::write_group(Group& g) {
   BFT_ASSERT(g.fd >= 0);
-  const std::uint64_t t0 = now_ns();
+  const std::uint64_t t0 = mono_ns();
   g.wrote_direct = g.direct_fd >= 0 && g.durable && direct_ok_ && write_direct(g);
   if (!g.wrote_direct) write_durable(g.fd, g.bytes.data(), g.bytes.size(), g.offset, g.durable);
-  g.write_ns = now_ns() - t0;
+  g.write_ns = mono_ns() - t0;
 }
 
 void Wal::complete_group(const Group& g) {
@@ -459,10 +358,10 @@ bool Wal::maintain() {
   // Roll a little before the preallocated space runs out, so that a group rarely has to append past it.
   const std::uint64_t slack = std::min<std::uint64_t>(64 << 10, active_capacity_ / 16);
   const bool roll_due = active_bytes_ + slack >= active_capacity_ || compaction_due();
-  const std::uint64_t t0 = now_ns();
+  const std::uint64_t t0 = mono_ns();
   if (roll_due && next_ready_ && !dirty() && !in_flight_) {
     roll();
-    stats_.roll_ns_max = std::max(stats_.roll_ns_max, now_ns() - t0);
+    stats_.roll_ns_max = std::max(stats_.roll_ns_max, mono_ns() - t0);
     return true;  // the segment after this one is to be preallocated when its time comes
   }
   if (next_ready_) return roll_due && !in_flight_;
@@ -485,7 +384,7 @@ bool Wal::maintain() {
   const std::uint64_t chunk = std::max<std::uint64_t>(options_.prealloc_chunk_bytes, 1);
   prealloc_step(std::clamp(pace, chunk, std::max(chunk, kPreallocStepBytesMax)));
   ++stats_.prealloc_steps;
-  stats_.prealloc_ns_max = std::max(stats_.prealloc_ns_max, now_ns() - t0);
+  stats_.prealloc_ns_max = std::max(stats_.prealloc_ns_max, mono_ns() - t0);
   return true;
 }
 
@@ -579,7 +478,7 @@ void Wal::roll() {
     // The seal is durable before the next segment exists, so a segment with a successor always ends in one.
     Bytes seal;
     std::uint8_t where[8];
-    put_u64(where, active_bytes_);
+    store_u64_le(where, active_bytes_);
     frame_into(seal, where, kGroupStart | kSeal);
     BFT_ASSERT(seal.size() == kWalSealBytes);
     write_durable(fd_.get(), seal.data(), seal.size(), active_bytes_, true);
@@ -596,231 +495,6 @@ void Wal::create_segment_now(std::uint64_t index) {
   while (!prealloc_step(kWalFirstSegmentBytes)) {
   }
   install_next(index, false);
-}
-
-std::string Wal::open(const std::string& dir, const WalOptions& options, std::unique_ptr<Wal>& out,
-                      std::vector<PersistRecord>& records) {
-  out.reset();
-  records.clear();
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errno_text("cannot create directory", dir);
-  std::unique_ptr<Wal> wal(new Wal(dir, options));
-  wal->dir_fd_.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!wal->dir_fd_.valid()) return errno_text("cannot open directory", dir);
-
-  // List the segments; drop temporaries (a next segment being preallocated, or a base of an older bftfs).
-  std::map<std::uint64_t, bool> segments;  // index -> is base
-  {
-    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), &::closedir);
-    if (d == nullptr) return errno_text("cannot list", dir);
-    std::vector<std::string> tmps;
-    while (dirent* ent = ::readdir(d.get())) {
-      const std::string name = ent->d_name;
-      std::uint64_t index = 0;
-      bool base = false;
-      if (name.size() > 4 && name.ends_with(".tmp")) {
-        tmps.push_back(name);
-      } else if (parse_segment_name(name, index, base)) {
-        if (segments.count(index) != 0) {
-          return "wal " + dir + ": segment " + std::to_string(index) + " exists as both .seg and .base";
-        }
-        segments[index] = base;
-      }
-    }
-    d.reset();
-    for (const auto& t : tmps) ::unlink((dir + "/" + t).c_str());
-  }
-  // Only the newest base and what follows it count.
-  std::uint64_t first = 0;
-  for (const auto& [index, base] : segments) {
-    if (base) first = index;
-  }
-  for (auto it = segments.begin(); it != segments.end();) {
-    if (it->first < first) {
-      ::unlink((dir + "/" + segment_name(it->first, it->second)).c_str());
-      ++wal->stats_.segments_deleted;
-      it = segments.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  // A last segment shorter than a header never held a record: its creation by an older bftfs (which created
-  // segments in place; this one renames them into place with a durable header) was interrupted. It is removed
-  // and the log continues after the segment before it.
-  std::uint64_t first_index = 1;  // of a new log
-  if (!segments.empty()) {
-    const auto last = std::prev(segments.end());
-    const std::string path = dir + "/" + segment_name(last->first, last->second);
-    struct stat st{};
-    if (::stat(path.c_str(), &st) != 0) return errno_text("cannot stat", path);
-    if (static_cast<std::uint64_t>(st.st_size) < kWalSegmentHeaderBytes) {
-      if (last->second) return "wal " + path + ": truncated base segment";
-      first_index = last->first;
-      wal->stats_.torn_tail_bytes += static_cast<std::uint64_t>(st.st_size);
-      if (::unlink(path.c_str()) != 0) return errno_text("cannot remove", path);
-      segments.erase(last);
-    }
-  }
-  std::uint64_t expect = segments.empty() ? 0 : segments.begin()->first;
-  for (const auto& [index, base] : segments) {
-    if (index != expect) return "wal " + dir + ": segment " + segment_name(expect, false) + " is missing";
-    ++expect;
-  }
-
-  // Replay. What is learned about the last segment decides below where appending continues.
-  std::uint64_t last_index = 0;
-  bool last_complete = false;      // sealed, or format 1: continue in a new segment
-  std::size_t last_end = 0;        // end of its records
-  std::size_t torn_end = 0;        // end of a torn tail after last_end (0: none)
-  std::uint64_t last_size = 0;
-  std::uint64_t last_salt = 0;
-  int last_version = 0;
-  Bytes last_tail;  // its bytes from the block boundary at or below last_end up to last_end (Wal::tail_)
-  for (auto it = segments.begin(); it != segments.end(); ++it) {
-    const std::uint64_t index = it->first;
-    const bool is_last = std::next(it) == segments.end();
-    const std::string path = dir + "/" + segment_name(index, it->second);
-    Bytes data;
-    std::string err;
-    if (!read_file(path, data, err)) return err;
-    last_index = index;
-    if (data.size() < kWalSegmentHeaderBytes) return "wal " + path + ": truncated segment header";
-    int version = 0;
-    if (std::memcmp(data.data(), kSegmentMagic, 8) == 0) {
-      version = 2;
-    } else if (std::memcmp(data.data(), kSegmentMagicV1, 8) == 0) {
-      version = 1;
-    } else {
-      return "wal " + path + ": bad segment magic";
-    }
-    if (get_u32(data.data() + 16) != crc32c(0, std::span<const std::uint8_t>(data.data(), 16)) ||
-        get_u32(data.data() + 20) != 0) {
-      return "wal " + path + ": corrupt segment header";
-    }
-    const std::uint64_t salt = get_u64(data.data() + 8);
-
-    // One record (or seal) at `off`: returns its total size, or 0 if it is not a valid one.
-    auto valid_record_at = [&](std::size_t off, bool want_group_start, bool& seal) -> std::size_t {
-      if (data.size() - off < kWalRecordHeaderBytes) return 0;
-      const std::uint32_t lf = get_u32(data.data() + off);
-      const std::uint32_t len = lf & kLengthMask;
-      seal = (lf & kSeal) != 0;
-      if (seal && (version == 1 || (lf & kGroupStart) == 0 || len != 8)) return 0;
-      if (want_group_start && (lf & kGroupStart) == 0) return 0;
-      if (len == 0 || len > kWalRecordBytesMax) return 0;
-      if (len > data.size() - off - kWalRecordHeaderBytes) return 0;
-      const std::span<const std::uint8_t> payload(data.data() + off + kWalRecordHeaderBytes, len);
-      if (record_crc(salt, lf, payload) != get_u32(data.data() + off + 4)) return 0;
-      if (seal && get_u64(payload.data()) != off) return 0;  // a seal names its own offset
-      return kWalRecordHeaderBytes + len;
-    };
-    // A valid group start (or seal) anywhere in (off, end): proof that a group was written after the one at off.
-    auto later_group_in = [&](std::size_t off, std::size_t end) -> std::size_t {
-      for (std::size_t y = off + 1; y < end && y + kWalRecordHeaderBytes <= data.size(); ++y) {
-        bool seal = false;
-        if (valid_record_at(y, true, seal) != 0) return y;
-      }
-      return 0;
-    };
-
-    std::size_t off = kWalSegmentHeaderBytes;
-    bool sealed = false;
-    while (off < data.size()) {
-      bool seal = false;
-      const std::size_t size = valid_record_at(off, false, seal);
-      if (size == 0) break;
-      if (seal) {
-        sealed = true;
-        break;
-      }
-      PersistRecord rec;
-      const std::span<const std::uint8_t> payload(data.data() + off + kWalRecordHeaderBytes,
-                                                  size - kWalRecordHeaderBytes);
-      if (!decode_record(payload, rec)) {
-        return "wal " + path + ": record at offset " + std::to_string(off) +
-               " has a valid checksum but does not decode";
-      }
-      wal->track_live(rec, Bytes(payload.begin(), payload.end()));
-      records.push_back(std::move(rec));
-      off += size;
-    }
-    const std::string at = " at offset " + std::to_string(off);
-    std::size_t torn = 0;  // end of a torn tail after off, if any
-    if (version == 1) {
-      // Format 1 has no preallocation and no seal: a segment ends at the end of its file.
-      if (off < data.size()) {
-        if (!is_last) return "wal " + path + ": corrupt record" + at + " in a sealed segment";
-        if (const std::size_t y = later_group_in(off, data.size()); y != 0) {
-          return "wal " + path + ": corrupt record" + at + " followed by a valid group at offset " + std::to_string(y);
-        }
-        torn = data.size();
-      }
-    } else if (sealed) {
-      const std::size_t rest = off + kWalSealBytes;
-      if (const std::size_t nz = nonzero_end(data, rest); nz > rest) {
-        return "wal " + path + ": non-zero bytes after the seal at offset " + std::to_string(off) + " (up to offset " +
-               std::to_string(nz) + ")";
-      }
-    } else if (!is_last) {
-      return "wal " + path + ": corrupt record" + at + " in a sealed segment (a later segment exists, so this one " +
-             "must end with its seal)";
-    } else if (const std::size_t nz = nonzero_end(data, off); nz > off) {
-      if (const std::size_t y = later_group_in(off, nz); y != 0) {
-        return "wal " + path + ": corrupt record" + at + " followed by a valid group at offset " + std::to_string(y);
-      }
-      torn = nz;
-    }
-    // Otherwise only zeros follow: the normal end of the log in a preallocated segment.
-    if (torn != 0) {
-      wal->stats_.torn_tail_bytes += torn - off;
-      LOG_WARN("", "wal %s: torn tail of %zu bytes%s removed", path.c_str(), torn - off, at.c_str());
-    }
-    wal->bytes_since_base_ += off;
-    last_complete = sealed || version == 1;
-    last_end = off;
-    last_tail.assign(data.begin() + static_cast<std::ptrdiff_t>(align_down(off)),
-                     data.begin() + static_cast<std::ptrdiff_t>(off));
-    torn_end = torn;
-    last_size = data.size();
-    last_salt = salt;
-    last_version = version;
-  }
-  wal->stats_.replayed_records = records.size();
-  wal->oldest_index_ = segments.empty() ? first_index : segments.begin()->first;
-
-  if (segments.empty()) {
-    wal->create_segment_now(first_index);
-  } else {
-    const std::string path = dir + "/" + segment_name(last_index, segments.rbegin()->second);
-    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (!fd.valid()) return errno_text("cannot open for writing", path);
-    if (torn_end != 0 && last_version == 1) {
-      // Format 1 is never appended to again, so its torn tail is cut off (it ends at the end of its file).
-      if (::ftruncate(fd.get(), static_cast<off_t>(last_end)) != 0) return errno_text("cannot truncate", path);
-      if (::fsync(fd.get()) != 0) return errno_text("cannot fsync", path);
-    } else if (torn_end != 0) {
-      // Zeros again, durably, before anything is appended: no byte of the torn group may survive behind a
-      // later, shorter group, where it could line up as a record.
-      write_zeros_or_die(fd.get(), last_end, torn_end - last_end, path);
-      if (::fdatasync(fd.get()) != 0) return errno_text("cannot fdatasync", path);
-    }
-    if (last_complete) {
-      wal->create_segment_now(last_index + 1);
-    } else {
-      wal->fd_ = std::move(fd);
-      wal->active_index_ = last_index;
-      wal->active_bytes_ = last_end;
-      wal->active_capacity_ = last_size;
-      wal->salt_ = last_salt;
-      wal->tail_ = std::move(last_tail);
-      wal->open_direct(path);
-    }
-  }
-  // A stable record replayed may make compaction due at the first maintain().
-  for (const auto& r : records) {
-    if (std::holds_alternative<StableRecord>(r)) wal->stable_since_compact_ = true;
-  }
-  out = std::move(wal);
-  return "";
 }
 
 }  // namespace bftfs

@@ -206,6 +206,7 @@ class Wal {
 
  private:
   struct LiveEntry;
+  class Opener;  // one open()'s replay (wal_open.cc)
   Wal(std::string dir, const WalOptions& options);
   void track_live(const PersistRecord& record, Bytes&& payload);
   bool prealloc_step(std::uint64_t budget_bytes);
