@@ -8,19 +8,19 @@
 // Checks it makes on itself (a run that breaks one fails): an increment that relied on a mispredicted reply must
 // never execute (its consensus result is a retry, never a counter result), and the counter moved by exactly the
 // number of increments that committed (an ordered read before and after the run; one client per counter run).
-#include "cli/cli_counter_spec.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <set>
+#include <vector>
 
-#include "common/log.h"
 #include "cli/cli_common.h"
-#include "runtime/client_runtime.h"
+#include "cli/cli_counter.h"
 #include "os/clock.h"
 #include "relay/spec_client_runtime.h"
+#include "runtime/client_runtime.h"
 #include "runtime/status_file.h"
 #include "services/counter_service.h"
 
@@ -161,212 +161,231 @@ struct SpecCounterLoop {
   }
 };
 
-}  // namespace
+// What the clients of a run did, summed.
+struct SpecTotals {
+  std::uint64_t committed = 0;
+  std::uint64_t rollbacks = 0;
+  std::uint64_t retries = 0;
+  std::uint64_t violations = 0;
+  std::uint64_t bad_tokens = 0;
+  std::uint64_t retransmissions = 0;
+  SpecClientStats client;
+};
 
-int run_spec_counter(const SpecCounterArgs& a) {
-  EventBasePtr base = make_event_base(a.wan.enabled());
-  if (base == nullptr) {
-    error("counter", "cannot create an event base");
+// One run of PBFT-CS counter clients in three phases: an ordered read of the counter, the increments, and
+// another ordered read to check that the counter moved by exactly what committed.
+class SpecCounterRun {
+ public:
+  explicit SpecCounterRun(const CounterArgs& a) : a_(a), k_(a.client_count()) {}
+
+  int run() {
+    const WanSpec wan = wan_spec(a_.wan);
+    base_ = make_event_base(wan.enabled());
+    if (base_ == nullptr) return fail("cannot create an event base");
+    if (std::string err = create_clients(wan); !err.empty()) return fail(err);
+    last_progress_ns_ = last_completion_ns_ = mono_ns();
+    EverySecond watchdog(base_.get(), [this] { on_tick(); });
+    std::vector<std::uint64_t> start_value(k_, 0), start_token(k_, 0);
+    if (!read_all(start_value, &start_token)) return fail(failure_);
+    const RunClock clock(a_.warmup_s, a_.duration_s);
+    const std::uint64_t t_stop = run_increments(clock, start_value, start_token);
+    if (failed_) return fail(failure_ + " (" + std::to_string(total_committed_) + " committed)");
+    std::vector<std::uint64_t> end_value(k_, 0);
+    last_completion_ns_ = mono_ns();
+    if (!read_all(end_value, nullptr)) return fail(failure_);
+    return report(clock, t_stop, end_value[0] - start_value[0], end_value[0]);
+  }
+
+ private:
+  static int fail(const std::string& why) {
+    error("counter", why);
     return kExitFailure;
   }
-  const std::uint64_t k = a.clients == 0 ? 1 : a.clients;
-  std::vector<std::unique_ptr<SpecClientRuntime>> clients;
-  for (std::uint64_t i = 0; i < k; ++i) {
-    SpecClientOptions so;
-    so.client.first_request_id = fresh_first_request_id();
-    so.client.window = a.window;
-    so.speculate = a.speculate;
-    so.failure_window = a.failure_window;
-    std::unique_ptr<SpecClientRuntime> c;
-    if (std::string err =
-            SpecClientRuntime::create(base.get(), a.config, a.first_id + static_cast<NodeId>(i), so, c, a.wan);
-        !err.empty()) {
-      error("counter", err);
-      return kExitFailure;
+
+  std::string create_clients(const WanSpec& wan) {
+    for (std::uint64_t i = 0; i < k_; ++i) {
+      SpecClientOptions so;
+      so.client.first_request_id = fresh_first_request_id();
+      so.client.window = a_.spec_window;
+      so.speculate = !a_.shim;
+      so.failure_window = a_.spec_failure_window;
+      std::unique_ptr<SpecClientRuntime> c;
+      if (std::string err =
+              SpecClientRuntime::create(base_.get(), a_.config, a_.first_id + static_cast<NodeId>(i), so, c, wan);
+          !err.empty()) {
+        return err;
+      }
+      clients_.push_back(std::move(c));
     }
-    clients.push_back(std::move(c));
+    return "";
   }
 
-  bool failed = false;
-  std::string failure;
-  std::uint64_t last_progress_ns = mono_ns();
-  std::uint64_t last_completion_ns = last_progress_ns;
-
-  // Phase 1: an ordered read per client gives the counter's value and the token each client must present.
-  std::vector<std::uint64_t> start_value(k, 0), start_token(k, 0);
-  std::uint64_t reads_left = k;
-  auto read_all = [&](std::vector<std::uint64_t>& values, std::vector<std::uint64_t>* tokens) {
-    reads_left = k;
-    for (std::uint64_t i = 0; i < k; ++i) {
-      clients[i]->submit(counter_read_op(), {}, false, [&, i, tokens](const SpecEvent& e) {
+  // An ordered read per client: the counter's value and (if `tokens`) the token each client must present.
+  // Returns false if one failed.
+  bool read_all(std::vector<std::uint64_t>& values, std::vector<std::uint64_t>* tokens) {
+    std::uint64_t reads_left = k_;
+    for (std::uint64_t i = 0; i < k_; ++i) {
+      clients_[i]->submit(counter_read_op(), {}, false, [&, i, tokens](const SpecEvent& e) {
         if (e.kind == SpecEventKind::kFirst) return;
         CounterResult cr;
         if (e.status != shim::ShimStatus::kExecuted || !parse_counter_result(e.result, cr) || cr.status != 0) {
-          failed = true;
-          failure = std::string("the counter read did not execute (shim status ") +
-                    std::string(shim::to_string(e.status)) + "; do the replicas run --shim?)";
-          event_base_loopbreak(base.get());
+          failed_ = true;
+          failure_ = std::string("the counter read did not execute (shim status ") +
+                     std::string(shim::to_string(e.status)) + "; do the replicas run --shim?)";
+          event_base_loopbreak(base_.get());
           return;
         }
         values[i] = cr.value;
         if (tokens != nullptr) (*tokens)[i] = cr.next_token;
-        last_completion_ns = mono_ns();
-        if (--reads_left == 0) event_base_loopbreak(base.get());
+        last_completion_ns_ = mono_ns();
+        if (--reads_left == 0) event_base_loopbreak(base_.get());
       });
     }
-  };
+    event_base_loop(base_.get(), 0);
+    return !failed_;
+  }
 
-  struct Ctx {
-    std::function<void()> fn;
-  } watchdog_ctx;
-  std::uint64_t total_committed = 0;
-  std::uint64_t last_progress_done = 0;
-  bool measuring = false;
-  watchdog_ctx.fn = [&] {
+  // Runs the increments from the read state until every client is idle; returns when the run stopped.
+  std::uint64_t run_increments(const RunClock& clock, const std::vector<std::uint64_t>& start_value,
+                               const std::vector<std::uint64_t>& start_token) {
+    loops_ = std::vector<SpecCounterLoop>(k_);
+    measuring_ = true;
+    last_completion_ns_ = clock.start_ns;
+    for (std::uint64_t i = 0; i < k_; ++i) {
+      SpecCounterLoop& l = loops_[i];
+      l.client = clients_[i].get();
+      l.window = a_.spec_window;
+      l.next_token = l.committed_token = start_token[i];
+      l.committed_value = start_value[i];
+      if (!a_.closed_loop()) l.budget = a_.requests;
+      l.on_commit = [this, &clock](std::uint64_t lat) { on_commit(clock, lat); };
+      l.on_first = [this, &clock](std::uint64_t lat) {
+        if (!a_.closed_loop() || clock.measuring(mono_ns())) first_lat_.push_back(lat);
+      };
+      l.on_idle = [this] {
+        if (++idle_ == k_) event_base_loopbreak(base_.get());
+      };
+    }
+    for (auto& l : loops_) l.pump();
+    event_base_loop(base_.get(), 0);
+    measuring_ = false;
+    return seq_end_ns_ != 0 ? seq_end_ns_ : mono_ns();
+  }
+
+  void on_commit(const RunClock& clock, std::uint64_t lat) {
     const std::uint64_t now = mono_ns();
-    if (static_cast<double>(now - last_completion_ns) / 1e9 > a.timeout_s) {
-      failed = true;
-      failure = "no request completed for " + std::to_string(static_cast<int>(a.timeout_s)) + " s";
-      event_base_loopbreak(base.get());
+    last_completion_ns_ = now;
+    ++total_committed_;
+    if (!a_.closed_loop()) {
+      if (total_committed_ > a_.warmup) commit_lat_.push_back(lat);
+      if (total_committed_ == a_.requests) seq_end_ns_ = now;
       return;
     }
-    if (!measuring) return;
-    const double dt = static_cast<double>(now - last_progress_ns) / 1e9;
-    std::fprintf(stderr, "counter: %llu committed, %.0f ops/s\n", static_cast<unsigned long long>(total_committed),
-                 static_cast<double>(total_committed - last_progress_done) / dt);
-    last_progress_ns = now;
-    last_progress_done = total_committed;
-  };
-  EventPtr watchdog(event_new(
-      base.get(), -1, EV_PERSIST, [](int, short, void* p) { static_cast<Ctx*>(p)->fn(); }, &watchdog_ctx));
-  const timeval one_s{1, 0};
-  event_add(watchdog.get(), &one_s);
-
-  read_all(start_value, &start_token);
-  event_base_loop(base.get(), 0);
-  if (failed) {
-    error("counter", failure);
-    return kExitFailure;
+    if (clock.measuring(now)) {
+      ++measured_ops_;
+      commit_lat_.push_back(lat);
+    }
+    if (now >= clock.end_ns) {
+      for (auto& x : loops_) x.stopped = true;
+    }
   }
 
-  // Phase 2: the increments.
-  const bool closed_loop = a.clients != 0;
-  std::vector<SpecCounterLoop> loops(k);
-  std::vector<std::uint64_t> commit_lat, first_lat;
-  const std::uint64_t t_start = mono_ns();
-  const std::uint64_t t_measure = t_start + static_cast<std::uint64_t>(a.warmup_s * 1e9);
-  const std::uint64_t t_end = t_measure + static_cast<std::uint64_t>(a.duration_s * 1e9);
-  std::uint64_t measured_ops = 0;
-  std::uint64_t seq_end_ns = 0;
-  std::uint64_t idle = 0;
-  measuring = true;
-  last_completion_ns = t_start;
-  for (std::uint64_t i = 0; i < k; ++i) {
-    SpecCounterLoop& l = loops[i];
-    l.client = clients[i].get();
-    l.window = a.window;
-    l.next_token = start_token[i];
-    l.committed_token = start_token[i];
-    l.committed_value = start_value[i];
-    if (!closed_loop) l.budget = a.requests;
-    l.on_commit = [&](std::uint64_t lat) {
-      const std::uint64_t now = mono_ns();
-      last_completion_ns = now;
-      ++total_committed;
-      if (closed_loop) {
-        if (now >= t_measure && now < t_end) {
-          ++measured_ops;
-          commit_lat.push_back(lat);
-        }
-        if (now >= t_end) {
-          for (auto& x : loops) x.stopped = true;
-        }
-      } else {
-        if (total_committed > a.warmup) commit_lat.push_back(lat);
-        if (total_committed == a.requests) seq_end_ns = now;
-      }
-    };
-    l.on_first = [&](std::uint64_t lat) {
-      if (!closed_loop || (mono_ns() >= t_measure && mono_ns() < t_end)) first_lat.push_back(lat);
-    };
-    l.on_idle = [&] {
-      if (++idle == k) event_base_loopbreak(base.get());
-    };
-  }
-  for (auto& l : loops) l.pump();
-  event_base_loop(base.get(), 0);
-  const std::uint64_t t_stop = seq_end_ns != 0 ? seq_end_ns : mono_ns();
-  measuring = false;
-  if (failed) {
-    error("counter", failure + " (" + std::to_string(total_committed) + " committed)");
-    return kExitFailure;
+  // Progress on stderr while the increments run, and the no-progress watchdog.
+  void on_tick() {
+    const std::uint64_t now = mono_ns();
+    if (static_cast<double>(now - last_completion_ns_) / 1e9 > a_.timeout_s) {
+      failed_ = true;
+      failure_ = "no request completed for " + std::to_string(static_cast<int>(a_.timeout_s)) + " s";
+      event_base_loopbreak(base_.get());
+      return;
+    }
+    if (!measuring_) return;
+    const double dt = static_cast<double>(now - last_progress_ns_) / 1e9;
+    std::fprintf(stderr, "counter: %llu committed, %.0f ops/s\n", static_cast<unsigned long long>(total_committed_),
+                 static_cast<double>(total_committed_ - last_progress_done_) / dt);
+    last_progress_ns_ = now;
+    last_progress_done_ = total_committed_;
   }
 
-  // Phase 3: the counter must have moved by exactly what committed (meaningful with one counter client).
-  std::vector<std::uint64_t> end_value(k, 0);
-  last_completion_ns = mono_ns();
-  read_all(end_value, nullptr);
-  event_base_loop(base.get(), 0);
-  if (failed) {
-    error("counter", failure);
-    return kExitFailure;
+  SpecTotals totals() const {
+    SpecTotals t;
+    for (std::uint64_t i = 0; i < k_; ++i) {
+      t.committed += loops_[i].committed;
+      t.rollbacks += loops_[i].rollbacks;
+      t.retries += loops_[i].retries;
+      t.violations += loops_[i].violations;
+      t.bad_tokens += loops_[i].bad_tokens;
+      const SpecClientStats& s = clients_[i]->stats();
+      t.client.first_delivered += s.first_delivered;
+      t.client.first_withheld_distrusted += s.first_withheld_distrusted;
+      t.client.first_withheld_doomed += s.first_withheld_doomed;
+      t.client.first_mismatches += s.first_mismatches;
+      t.retransmissions += clients_[i]->client_stats().retransmissions;
+    }
+    return t;
   }
 
-  SpecCounterLoop sum;
-  SpecClientStats ss;
-  std::uint64_t retrans = 0;
-  for (std::uint64_t i = 0; i < k; ++i) {
-    sum.committed += loops[i].committed;
-    sum.rollbacks += loops[i].rollbacks;
-    sum.retries += loops[i].retries;
-    sum.violations += loops[i].violations;
-    sum.bad_tokens += loops[i].bad_tokens;
-    const SpecClientStats& s = clients[i]->stats();
-    ss.first_delivered += s.first_delivered;
-    ss.first_withheld_distrusted += s.first_withheld_distrusted;
-    ss.first_withheld_doomed += s.first_withheld_doomed;
-    ss.first_mismatches += s.first_mismatches;
-    retrans += clients[i]->client_stats().retransmissions;
+  // Prints the result and checks it; `delta` is how far the counter moved (meaningful with one client).
+  int report(const RunClock& clock, std::uint64_t t_stop, std::uint64_t delta, std::uint64_t final_value) {
+    const SpecTotals t = totals();
+    const char* system = a_.shim ? "pbft-shim" : "pbftcs";
+    const double p50 = percentile_us(commit_lat_, 0.5), p99 = percentile_us(commit_lat_, 0.99);
+    const double first_p50 = percentile_us(first_lat_, 0.5);
+    JsonObject o;
+    o.add("system", system).add("window", std::uint64_t{a_.spec_window});
+    if (!a_.closed_loop()) {
+      o.add("mode", "sequential").add("requests", a_.requests).add("total_ms", static_cast<double>(t_stop - clock.start_ns) / 1e6);
+    } else {
+      const double measured_s = clock.measured_s(t_stop);
+      o.add("mode", "closed-loop").add("clients", k_).add("duration_s", measured_s).add("ops", measured_ops_)
+          .add("ops_per_s", measured_s > 0 ? static_cast<double>(measured_ops_) / measured_s : 0.0);
+    }
+    o.add("p50_us", p50).add("p99_us", p99).add("first_p50_us", first_p50).add("committed", t.committed)
+        .add("counter_delta", delta).add("final_value", final_value).add("rollbacks", t.rollbacks)
+        .add("retries", t.retries).add("violations", t.violations).add("bad_tokens", t.bad_tokens)
+        .add("first_delivered", t.client.first_delivered).add("first_mismatches", t.client.first_mismatches)
+        .add("first_withheld_distrusted", t.client.first_withheld_distrusted)
+        .add("first_withheld_doomed", t.client.first_withheld_doomed).add("retransmissions", t.retransmissions);
+    if (a_.json) {
+      std::printf("%s\n", o.str().c_str());
+    } else {
+      std::printf("%s %s: %llu committed; commit latency p50 %.1f us p99 %.1f us, first reply p50 %.1f us; "
+                  "rollbacks=%llu retries=%llu counter moved by %llu\n",
+                  system, a_.closed_loop() ? "closed loop" : "sequential", static_cast<unsigned long long>(t.committed),
+                  p50, p99, first_p50, static_cast<unsigned long long>(t.rollbacks),
+                  static_cast<unsigned long long>(t.retries), static_cast<unsigned long long>(delta));
+    }
+    const bool count_ok = k_ != 1 || delta == t.committed;
+    if (t.violations == 0 && t.bad_tokens == 0 && count_ok) return kExitOk;
+    return fail("PBFT-CS check failed: " + std::to_string(t.violations) +
+                " increments executed that relied on a failed prediction, " + std::to_string(t.bad_tokens) +
+                " stale tokens reached the counter, counter moved by " + std::to_string(delta) + " for " +
+                std::to_string(t.committed) + " committed increments");
   }
-  const std::uint64_t delta = end_value[0] - start_value[0];
-  const bool single = k == 1;
-  const bool count_ok = !single || delta == sum.committed;
-  const char* system = a.speculate ? "pbftcs" : "pbft-shim";
-  const double p50 = percentile_us(commit_lat, 0.5), p99 = percentile_us(commit_lat, 0.99);
-  const double first_p50 = percentile_us(first_lat, 0.5);
-  JsonObject o;
-  o.add("system", system).add("window", std::uint64_t{a.window});
-  if (!closed_loop) {
-    const double total_ms = static_cast<double>(t_stop - t_start) / 1e6;
-    o.add("mode", "sequential").add("requests", a.requests).add("total_ms", total_ms);
-  } else {
-    const double measured_s = static_cast<double>(std::min(t_stop, t_end) - t_measure) / 1e9;
-    o.add("mode", "closed-loop").add("clients", k).add("duration_s", measured_s).add("ops", measured_ops)
-        .add("ops_per_s", measured_s > 0 ? static_cast<double>(measured_ops) / measured_s : 0.0);
-  }
-  o.add("p50_us", p50).add("p99_us", p99).add("first_p50_us", first_p50).add("committed", sum.committed)
-      .add("counter_delta", delta).add("final_value", end_value[0]).add("rollbacks", sum.rollbacks)
-      .add("retries", sum.retries).add("violations", sum.violations).add("bad_tokens", sum.bad_tokens)
-      .add("first_delivered", ss.first_delivered).add("first_mismatches", ss.first_mismatches)
-      .add("first_withheld_distrusted", ss.first_withheld_distrusted)
-      .add("first_withheld_doomed", ss.first_withheld_doomed).add("retransmissions", retrans);
-  if (a.json) {
-    std::printf("%s\n", o.str().c_str());
-  } else {
-    std::printf("%s %s: %llu committed; commit latency p50 %.1f us p99 %.1f us, first reply p50 %.1f us; "
-                "rollbacks=%llu retries=%llu counter moved by %llu\n",
-                system, closed_loop ? "closed loop" : "sequential", static_cast<unsigned long long>(sum.committed),
-                p50, p99, first_p50, static_cast<unsigned long long>(sum.rollbacks),
-                static_cast<unsigned long long>(sum.retries), static_cast<unsigned long long>(delta));
-  }
-  if (sum.violations != 0 || sum.bad_tokens != 0 || !count_ok) {
-    error("counter", "PBFT-CS check failed: " + std::to_string(sum.violations) +
-                         " increments executed that relied on a failed prediction, " + std::to_string(sum.bad_tokens) +
-                         " stale tokens reached the counter, counter moved by " + std::to_string(delta) + " for " +
-                         std::to_string(sum.committed) + " committed increments");
-    return kExitFailure;
-  }
-  return kExitOk;
+
+  const CounterArgs& a_;
+  const std::uint64_t k_;
+  EventBasePtr base_;
+  std::vector<std::unique_ptr<SpecClientRuntime>> clients_;
+  std::vector<SpecCounterLoop> loops_;
+  std::vector<std::uint64_t> commit_lat_, first_lat_;
+  bool failed_ = false;
+  std::string failure_;
+  bool measuring_ = false;  // the increments run (progress is printed)
+  std::uint64_t last_progress_ns_ = 0;
+  std::uint64_t last_progress_done_ = 0;
+  std::uint64_t last_completion_ns_ = 0;
+  std::uint64_t total_committed_ = 0;
+  std::uint64_t measured_ops_ = 0;
+  std::uint64_t seq_end_ns_ = 0;
+  std::uint64_t idle_ = 0;  // clients with nothing in flight and nothing more to submit
+};
+
+}  // namespace
+
+int run_spec_counter(const CounterArgs& args) {
+  SpecCounterRun run(args);
+  return run.run();
 }
 
 }  // namespace bftfs::cli

@@ -1,6 +1,6 @@
+// bftfs mount / bftfs umount: the FUSE client (client/fuse_client.h) over a relay or the local file service,
+// and the unmount that waits for the daemon to finish.
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 14)
-#include "cli/cli_mount.h"
-
 #include <fuse_lowlevel.h>
 
 #include <cerrno>
@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/cli_common.h"
 #include "client/fuse_client.h"
 #include "client/local_backend.h"
 #include "client/relay_backend.h"
@@ -24,58 +25,9 @@
 #include "storage/file_snapshot_store.h"
 #include "os/unique_fd.h"
 
-namespace bftfs::client {
+namespace bftfs::cli {
 
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-
-const char* const kMountUsage =
-    "usage: bftfs mount (--relay SOCK | --local DIR) MNT [options]\n"
-    "\n"
-    "Mounts the bftfs file system at MNT (a FUSE daemon; it detaches unless -f).\n"
-    "\n"
-    "backend (one of):\n"
-    "  --relay SOCK           a `bftfs relay` listening on the Unix socket SOCK (the replicated file system);\n"
-    "                         while it is unreachable, operations wait and retry (a hard mount)\n"
-    "  --local DIR            the file service in this process, no network or replication (the FUSE\n"
-    "                         passthrough baseline); its state is saved in DIR at unmount and loaded at mount\n"
-    "options:\n"
-    "  -f                     stay in the foreground\n"
-    "  -o OPTS                extra FUSE mount options (comma list)\n"
-    "  --attr-timeout S       seconds the kernel caches attributes (default 1)\n"
-    "  --entry-timeout S      seconds the kernel caches names (default 1)\n"
-    "  --negative-timeout S   seconds the kernel caches \"no such name\" (default 1)\n"
-    "  --no-default-permissions  let the service alone decide permissions (access() and open() ask it)\n"
-    "  --log FILE             append the daemon's log to FILE (default: stderr while in the foreground)\n"
-    "  --status FILE          write the mount's counters (FUSE requests, requests sent, cache hits) to FILE\n"
-    "                         as JSON every second and at exit\n"
-    "\n"
-    "Semantics: close-to-open consistency, write-behind made final by close and fsync, hard-mount retries\n"
-    "that an interrupt (e.g. Ctrl-C) ends with EINTR. Unmount with `bftfs umount MNT`.\n";
-
-const char* const kUmountUsage =
-    "usage: bftfs umount MNT [--lazy]\n"
-    "\n"
-    "Unmounts a bftfs mount and waits until its daemon has made its pending writes final and exited (so a\n"
-    "following mount or rmdir works).\n"
-    "  --lazy   detach now even if busy (the mount goes away when no longer used); does not wait\n";
-
-bool parse_seconds(const char* s, double& out) {
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(s, &end);
-  if (errno != 0 || end == s || *end != '\0' || !(v >= 0) || v > 86400) return false;
-  out = v;
-  return true;
-}
-
-int usage_error(const char* usage, const std::string& message) {
-  std::fprintf(stderr, "bftfs mount: %s\n\n%s", message.c_str(), usage);
-  return kExitUsage;
-}
 
 // The mount-point lock: a mount daemon holds an exclusive flock on a file named after its mount point for its
 // whole life (inherited across fuse_daemonize's fork, released only when the process exits, after its writes
@@ -142,153 +94,98 @@ void wait_for_daemon(const std::string& mountpoint) {
 
 }  // namespace
 
-int cmd_mount(int argc, char** argv) {
-  std::string relay_sock, local_dir, mountpoint, fuse_opts, log_file;
+namespace {
+
+struct MountArgs {
+  std::string relay;  // --relay SOCK
+  std::string local;  // --local DIR
+  std::string mountpoint;
   bool foreground = false;
-  MountOptions mo;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
-    std::string v;
-    if (a == "--help" || a == "-h") {
-      std::fputs(kMountUsage, stdout);
-      return kExitOk;
-    } else if (a == "--relay") {
-      if (!value(relay_sock)) return usage_error(kMountUsage, "--relay needs a socket path");
-    } else if (a == "--local") {
-      if (!value(local_dir)) return usage_error(kMountUsage, "--local needs a directory");
-    } else if (a == "-f") {
-      foreground = true;
-    } else if (a == "-o") {
-      if (!value(v)) return usage_error(kMountUsage, "-o needs options");
-      fuse_opts = fuse_opts.empty() ? v : fuse_opts + "," + v;
-    } else if (a == "--attr-timeout" || a == "--entry-timeout" || a == "--negative-timeout") {
-      double s = 0;
-      if (!value(v) || !parse_seconds(v.c_str(), s)) return usage_error(kMountUsage, a + " needs seconds (0..86400)");
-      (a == "--attr-timeout" ? mo.attr_timeout_s : a == "--entry-timeout" ? mo.entry_timeout_s : mo.negative_timeout_s) = s;
-    } else if (a == "--no-default-permissions") {
-      mo.default_permissions = false;
-    } else if (a == "--log") {
-      if (!value(log_file)) return usage_error(kMountUsage, "--log needs a file");
-    } else if (a == "--status") {
-      if (!value(mo.status_path)) return usage_error(kMountUsage, "--status needs a file");
-    } else if (!a.empty() && a[0] == '-') {
-      return usage_error(kMountUsage, "unknown option " + a);
-    } else if (mountpoint.empty()) {
-      mountpoint = a;
-    } else {
-      return usage_error(kMountUsage, "more than one mount point");
-    }
+  std::vector<std::string> fuse_options;  // each -o OPTS
+  std::string log_file;
+  bool no_default_permissions = false;
+  client::MountOptions mount;  // the timeouts and the status file
+};
+
+// Opens the --local state directory for this daemon alone. Returns "" or why it cannot be used.
+std::string open_local_state(const std::string& dir, DataDirLock& lock, std::unique_ptr<FileSnapshotStore>& store) {
+  // A daemon unmounted without `bftfs umount` (fusermount3 -u) may still be saving its state: give it a moment.
+  std::string err = lock.acquire(dir);
+  for (int i = 0; i < 60 && !err.empty(); ++i) {
+    ::usleep(50 * 1000);
+    err = lock.acquire(dir);
   }
-  if (mountpoint.empty()) return usage_error(kMountUsage, "no mount point");
-  if (!mo.status_path.empty() && mo.status_path[0] != '/') {
+  if (!err.empty()) return err;
+  return FileSnapshotStore::open(dir, store);
+}
+
+// Appends the daemon's stderr (its log) to `path`.
+void redirect_log(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+}
+
+int run_mount(MountArgs& a) {
+  if (a.local.empty() == a.relay.empty()) {
+    error("mount", "exactly one backend is required (--relay SOCK or --local DIR) (see bftfs mount --help)");
+    return kExitUsage;
+  }
+  a.mount.default_permissions = !a.no_default_permissions;
+  if (!a.mount.status_path.empty() && a.mount.status_path[0] != '/') {
     // The daemon detaches into "/": keep the path the user meant.
     char cwd[4096];
-    if (::getcwd(cwd, sizeof cwd) != nullptr) mo.status_path = std::string(cwd) + "/" + mo.status_path;
-  }
-  if (local_dir.empty() == relay_sock.empty()) {
-    return usage_error(kMountUsage, "exactly one backend is required (--relay SOCK or --local DIR)");
+    if (::getcwd(cwd, sizeof cwd) != nullptr) a.mount.status_path = std::string(cwd) + "/" + a.mount.status_path;
   }
   struct stat st {};
-  if (::stat(mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    std::fprintf(stderr, "bftfs mount: %s is not a directory\n", mountpoint.c_str());
+  if (::stat(a.mountpoint.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    error("mount", a.mountpoint + " is not a directory");
     return kExitFailure;
   }
-
   // Declared first, so released last (after the state is saved and the other locks are gone).
-  UniqueFd mount_lock = take_mount_lock(mountpoint);
+  UniqueFd mount_lock = take_mount_lock(a.mountpoint);
   std::unique_ptr<FileSnapshotStore> store;
   // Two daemons on one --local directory would each save their own state over the other's: the second mount
   // fails instead (the lock is held until this process exits, after the state is saved).
   DataDirLock lock;
-  if (!local_dir.empty()) {
-    // A daemon unmounted without `bftfs umount` (fusermount3 -u) may still be saving its state: give it a moment.
-    std::string lerr = lock.acquire(local_dir);
-    for (int i = 0; i < 60 && !lerr.empty(); ++i) {
-      ::usleep(50 * 1000);
-      lerr = lock.acquire(local_dir);
-    }
-    if (!lerr.empty()) {
-      std::fprintf(stderr, "bftfs mount: --local %s: %s\n", local_dir.c_str(), lerr.c_str());
-      return kExitFailure;
-    }
-    const std::string err = FileSnapshotStore::open(local_dir, store);
-    if (!err.empty()) {
-      std::fprintf(stderr, "bftfs mount: --local %s: %s\n", local_dir.c_str(), err.c_str());
+  if (!a.local.empty()) {
+    if (std::string err = open_local_state(a.local, lock, store); !err.empty()) {
+      error("mount", "--local " + a.local + ": " + err);
       return kExitFailure;
     }
   }
-
-  FuseClient client(mo);
-  const std::string merr = client.mount(mountpoint, fuse_opts);
-  if (!merr.empty()) {
-    std::fprintf(stderr, "bftfs mount: %s\n", merr.c_str());
+  std::string fuse_options;
+  for (const std::string& o : a.fuse_options) fuse_options += (fuse_options.empty() ? "" : ",") + o;
+  client::FuseClient fuse(a.mount);
+  if (std::string err = fuse.mount(a.mountpoint, fuse_options); !err.empty()) {
+    error("mount", err);
     return kExitFailure;
   }
   // Threads (the backend's) are started only after this: fork keeps only the calling thread.
-  if (fuse_daemonize(foreground ? 1 : 0) != 0) return kExitFailure;
-  if (!log_file.empty()) {
-    const int fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 2);
-      ::close(fd);
-    }
-  }
+  if (fuse_daemonize(a.foreground ? 1 : 0) != 0) return kExitFailure;
+  if (!a.log_file.empty()) redirect_log(a.log_file);
   int rc = 0;
   if (store != nullptr) {
-    LOG_INFO("", "mount: serving %s (local backend in %s)", mountpoint.c_str(), local_dir.c_str());
-    LocalBackend backend(store.get());  // its destructor saves the state into DIR
-    rc = client.serve(backend);
+    LOG_INFO("", "mount: serving %s (local backend in %s)", a.mountpoint.c_str(), a.local.c_str());
+    client::LocalBackend backend(store.get());  // its destructor saves the state into DIR
+    rc = fuse.serve(backend);
   } else {
-    LOG_INFO("", "mount: serving %s (relay %s)", mountpoint.c_str(), relay_sock.c_str());
-    RelayBackend backend(relay_sock);
+    LOG_INFO("", "mount: serving %s (relay %s)", a.mountpoint.c_str(), a.relay.c_str());
+    client::RelayBackend backend(a.relay);
     // With the relay or the replicas down, the writes left at unmount may wait long (a hard mount): then
     // `bftfs umount` returns without waiting for this daemon (nothing of a later mount depends on it).
-    rc = client.serve(backend, [&mount_lock] { mount_lock.reset(); });
+    rc = fuse.serve(backend, [&mount_lock] { mount_lock.reset(); });
   }
-  LOG_INFO("", "mount: %s unmounted, exiting", mountpoint.c_str());
+  LOG_INFO("", "mount: %s unmounted, exiting", a.mountpoint.c_str());
   return rc == 0 ? kExitOk : kExitFailure;
 }
 
-int cmd_umount(int argc, char** argv) {
-  std::string mountpoint;
-  bool lazy = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUmountUsage, stdout);
-      return kExitOk;
-    } else if (a == "--lazy" || a == "-l") {
-      lazy = true;
-    } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "bftfs umount: unknown option %s\n\n%s", a.c_str(), kUmountUsage);
-      return kExitUsage;
-    } else if (mountpoint.empty()) {
-      mountpoint = a;
-    } else {
-      std::fprintf(stderr, "bftfs umount: more than one mount point\n\n%s", kUmountUsage);
-      return kExitUsage;
-    }
-  }
-  if (mountpoint.empty()) {
-    std::fprintf(stderr, "bftfs umount: no mount point\n\n%s", kUmountUsage);
-    return kExitUsage;
-  }
-  if (geteuid() == 0) {
-    if (::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) != 0) {
-      std::fprintf(stderr, "bftfs umount: %s: %s\n", mountpoint.c_str(), std::strerror(errno));
-      return kExitFailure;
-    }
-    if (!lazy) wait_for_daemon(mountpoint);  // a lazy unmount may stay busy: do not wait for it
-    return kExitOk;
-  }
-  // Not root: fusermount3 is the set-uid helper that may unmount a user's own FUSE mounts.
+// Unmounts as a user: fusermount3 is the set-uid helper that may unmount a user's own FUSE mounts.
+bool fusermount_unmount(const std::string& mountpoint, bool lazy) {
   const pid_t pid = fork();
-  if (pid < 0) return kExitFailure;
+  if (pid < 0) return false;
   if (pid == 0) {
     if (lazy) {
       execlp("fusermount3", "fusermount3", "-u", "-z", mountpoint.c_str(), static_cast<char*>(nullptr));
@@ -298,9 +195,70 @@ int cmd_umount(int argc, char** argv) {
     _exit(127);
   }
   int status = 0;
-  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return kExitFailure;
-  if (!lazy) wait_for_daemon(mountpoint);
+  return waitpid(pid, &status, 0) >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+int run_umount(const std::string& mountpoint, bool lazy) {
+  if (geteuid() == 0) {
+    if (::umount2(mountpoint.c_str(), lazy ? MNT_DETACH : 0) != 0) {
+      error("umount", mountpoint + ": " + std::strerror(errno));
+      return kExitFailure;
+    }
+  } else if (!fusermount_unmount(mountpoint, lazy)) {
+    return kExitFailure;
+  }
+  if (!lazy) wait_for_daemon(mountpoint);  // a lazy unmount may stay busy: do not wait for it
   return kExitOk;
 }
 
-}  // namespace bftfs::client
+}  // namespace
+
+void add_mount(CLI::App& root, Commands& out) {
+  auto a = std::make_shared<MountArgs>();
+  CLI::App* app = root.add_subcommand("mount",
+      "mount the file system with FUSE (bftfs umount MNT to unmount)\n\n"
+      "Mounts the bftfs file system at MNT (a FUSE daemon; it detaches unless -f), with one backend:\n"
+      "--relay SOCK, a `bftfs relay` (the replicated file system; while it is unreachable, operations wait\n"
+      "and retry: a hard mount), or --local DIR, the file service in this process, no network or\n"
+      "replication (the FUSE passthrough baseline; its state is saved in DIR at unmount and loaded at mount).");
+  app->footer("Semantics: close-to-open consistency, write-behind made final by close and fsync, hard-mount\n"
+              "retries that an interrupt (e.g. Ctrl-C) ends with EINTR. Unmount with `bftfs umount MNT`.");
+  app->add_option("MNT", a->mountpoint, "the mount point (a directory)")->type_name("")->required();
+  app->add_option("--relay", a->relay, "backend: the relay listening on the Unix socket SOCK")->type_name("SOCK");
+  app->add_option("--local", a->local, "backend: the file service in this process, its state kept in DIR")
+      ->type_name("DIR");
+  app->add_flag("-f", a->foreground, "stay in the foreground");
+  app->add_option("-o", a->fuse_options, "extra FUSE mount options (comma list; may be given more than once)")
+      ->type_name("OPTS")->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->default_str("");
+  app->add_option("--attr-timeout", a->mount.attr_timeout_s, "seconds the kernel caches attributes")
+      ->type_name("S")->check(number_up_to(86400));
+  app->add_option("--entry-timeout", a->mount.entry_timeout_s, "seconds the kernel caches names")
+      ->type_name("S")->check(number_up_to(86400));
+  app->add_option("--negative-timeout", a->mount.negative_timeout_s, "seconds the kernel caches \"no such name\"")
+      ->type_name("S")->check(number_up_to(86400));
+  app->add_flag("--no-default-permissions", a->no_default_permissions,
+                "let the service alone decide permissions (access() and open() ask it)");
+  app->add_option("--log", a->log_file, "append the daemon's log to FILE (default: stderr while in the foreground)")
+      ->type_name("FILE");
+  app->add_option("--status", a->mount.status_path,
+                  "write the mount's counters (FUSE requests, requests sent, cache hits) to FILE as JSON every "
+                  "second and at exit")
+      ->type_name("FILE");
+  out.push_back({app, [a] { return run_mount(*a); }});
+}
+
+void add_umount(CLI::App& root, Commands& out) {
+  auto mountpoint = std::make_shared<std::string>();
+  auto lazy = std::make_shared<bool>(false);
+  CLI::App* app = root.add_subcommand("umount",
+      "unmount a bftfs mount and wait for its daemon\n\n"
+      "Unmounts a bftfs mount and waits until its daemon has made its pending writes final and exited (so a\n"
+      "following mount or rmdir works).");
+  app->add_option("MNT", *mountpoint, "the mount point")->type_name("")->required();
+  app->add_flag("-l,--lazy", *lazy,
+                "detach now even if busy (the mount goes away when no longer used); does not wait");
+  out.push_back({app, [mountpoint, lazy] { return run_umount(*mountpoint, *lazy); }});
+}
+
+}  // namespace bftfs::cli

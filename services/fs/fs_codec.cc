@@ -1,6 +1,8 @@
 // The file service's wire format; see fs_codec.h and docs/FILESERVICE.md §1.
 #include "services/fs/fs_codec.h"
 
+#include <array>
+
 #include "common/assert.h"
 #include "common/codec.h"
 #include "common/crypto.h"
@@ -14,6 +16,12 @@ constexpr std::size_t kDirEntryBytesMax = 8 + 8 + 1 + 2 + kNameBytesMax;
 constexpr std::size_t kOpResultHeaderBytes = 1 + 4;
 constexpr std::size_t kResultHeaderBytes = 3;
 
+// Sets the reason and fails the reader: how a decoder rejects a field it read but does not accept.
+bool reject(ByteReader& r, FsDecodeError& e, FsDecodeError reason) {
+  e = reason;
+  return r.fail();
+}
+
 void put_string16(ByteWriter& w, std::string_view s) {
   BFT_ASSERT(s.size() <= 0xFFFF);
   w.u16(static_cast<std::uint16_t>(s.size()));
@@ -24,10 +32,7 @@ bool get_string16(ByteReader& r, std::uint32_t max_bytes, std::string& out, FsDe
                   FsDecodeError too_long) {
   std::uint16_t n = 0;
   if (!r.u16(n)) return false;
-  if (n > max_bytes) {
-    e = too_long;
-    return r.fail();
-  }
+  if (n > max_bytes) return reject(r, e, too_long);
   std::span<const std::uint8_t> v;
   if (!r.view(n, v)) return false;
   out.assign(reinterpret_cast<const char*>(v.data()), v.size());
@@ -53,20 +58,11 @@ bool get_handle(ByteReader& r, const std::vector<Op>& earlier, Handle& h, FsDeco
     h.is_ref = false;
     return r.u64(h.ino) && r.u64(h.generation);
   }
-  if (tag != 1) {
-    e = FsDecodeError::kBadHandleTag;
-    return r.fail();
-  }
+  if (tag != 1) return reject(r, e, FsDecodeError::kBadHandleTag);
   h.is_ref = true;
   if (!r.u8(h.ref)) return false;
-  if (h.ref >= earlier.size()) {
-    e = FsDecodeError::kBadHandleRef;
-    return r.fail();
-  }
-  if (!returns_attr(earlier[h.ref].code)) {
-    e = FsDecodeError::kBadHandleRef;
-    return r.fail();
-  }
+  if (h.ref >= earlier.size()) return reject(r, e, FsDecodeError::kBadHandleRef);
+  if (!returns_attr(earlier[h.ref].code)) return reject(r, e, FsDecodeError::kBadHandleRef);
   return true;
 }
 
@@ -89,10 +85,7 @@ void put_attr(ByteWriter& w, const Attr& a) {
 bool get_file_type(ByteReader& r, FileType& t, FsDecodeError& e) {
   std::uint8_t v = 0;
   if (!r.u8(v)) return false;
-  if (v < 1 || v > kFileTypeMax) {
-    e = FsDecodeError::kBadFileType;
-    return r.fail();
-  }
+  if (v < 1 || v > kFileTypeMax) return reject(r, e, FsDecodeError::kBadFileType);
   t = static_cast<FileType>(v);
   return true;
 }
@@ -107,230 +100,268 @@ bool get_attr(ByteReader& r, Attr& a, FsDecodeError& e) {
 bool get_bool(ByteReader& r, bool& v, FsDecodeError& e) {
   std::uint8_t b = 0;
   if (!r.u8(b)) return false;
-  if (b > 1) {
-    e = FsDecodeError::kBadBoolean;
-    return r.fail();
-  }
+  if (b > 1) return reject(r, e, FsDecodeError::kBadBoolean);
   v = b == 1;
   return true;
 }
 
-void put_op(ByteWriter& w, const Op& op) {
-  w.u8(static_cast<std::uint8_t>(op.code));
-  w.u32(op.cred.uid);
-  w.u32(op.cred.gid);
-  BFT_ASSERT(op.cred.groups.size() <= kGroupsMax);
-  w.u8(static_cast<std::uint8_t>(op.cred.groups.size()));
-  for (std::uint32_t g : op.cred.groups) w.u32(g);
-  w.u8(static_cast<std::uint8_t>(op.expect.kind));
-  if (op.expect.kind == ExpectKind::kErrno) w.u32(op.expect.err);
-  if (op.expect.kind == ExpectKind::kDigest) w.digest(op.expect.digest);
-  switch (op.code) {
-    case OpCode::kLookup:
-    case OpCode::kRemove:
-    case OpCode::kRmdir:
-      put_handle(w, op.handle);
-      put_string16(w, op.name);
-      break;
-    case OpCode::kGetattr:
-    case OpCode::kReadlink:
-    case OpCode::kStatfs:
-    case OpCode::kFsync:
-      put_handle(w, op.handle);
-      break;
-    case OpCode::kSetattr:
-      put_handle(w, op.handle);
-      w.u8(op.mask);
-      if (op.mask & setattr::kMode) w.u32(op.mode);
-      if (op.mask & setattr::kUid) w.u32(op.uid);
-      if (op.mask & setattr::kGid) w.u32(op.gid);
-      if (op.mask & setattr::kSize) w.u64(op.size);
-      if (op.mask & setattr::kAtime) w.u64(op.atime_ns);
-      if (op.mask & setattr::kMtime) w.u64(op.mtime_ns);
-      break;
-    case OpCode::kRead:
-      put_handle(w, op.handle);
-      w.u64(op.offset);
-      w.u32(op.count);
-      break;
-    case OpCode::kWrite:
-      put_handle(w, op.handle);
-      w.u64(op.offset);
-      w.u8(op.append ? 1 : 0);
-      w.blob(op.data);
-      break;
-    case OpCode::kAccess:
-      put_handle(w, op.handle);
-      w.u8(op.access);
-      break;
-    case OpCode::kCreate:
-      put_handle(w, op.handle);
-      put_string16(w, op.name);
-      w.u32(op.mode);
-      w.u8(op.exclusive ? 1 : 0);
-      break;
-    case OpCode::kMkdir:
-      put_handle(w, op.handle);
-      put_string16(w, op.name);
-      w.u32(op.mode);
-      break;
-    case OpCode::kMknod:
-      put_handle(w, op.handle);
-      put_string16(w, op.name);
-      w.u32(op.mode);
-      w.u8(static_cast<std::uint8_t>(op.node_type));
-      w.u64(op.rdev);
-      break;
-    case OpCode::kRename:
-      put_handle(w, op.handle);
-      put_string16(w, op.name);
-      put_handle(w, op.handle2);
-      put_string16(w, op.name2);
-      break;
-    case OpCode::kLink:
-      put_handle(w, op.handle);
-      put_handle(w, op.handle2);
-      put_string16(w, op.name);
-      break;
-    case OpCode::kSymlink:
-      put_handle(w, op.handle);
-      put_string16(w, op.name);
-      put_string16(w, op.target);
-      break;
-    case OpCode::kReaddir:
-    case OpCode::kReaddirPlus:
-      put_handle(w, op.handle);
-      w.u64(op.cookie);
-      w.u32(op.count);
-      break;
-  }
+// ---- ops: the fields every op has (code, credentials, predicate), then its own fields ----
+
+void put_cred(ByteWriter& w, const Cred& c) {
+  w.u32(c.uid);
+  w.u32(c.gid);
+  BFT_ASSERT(c.groups.size() <= kGroupsMax);
+  w.u8(static_cast<std::uint8_t>(c.groups.size()));
+  for (std::uint32_t g : c.groups) w.u32(g);
 }
 
-// Decodes one op (ops[0..index) already decoded, for result references). Leaves unused fields at defaults.
+bool get_cred(ByteReader& r, Cred& c, FsDecodeError& e) {
+  std::uint8_t ngroups = 0;
+  if (!r.u32(c.uid) || !r.u32(c.gid) || !r.u8(ngroups)) return false;
+  if (ngroups > kGroupsMax) return reject(r, e, FsDecodeError::kTooManyGroups);
+  c.groups.resize(ngroups);
+  for (auto& g : c.groups) {
+    if (!r.u32(g)) return false;
+  }
+  return true;
+}
+
+void put_expect(ByteWriter& w, const Expect& x) {
+  w.u8(static_cast<std::uint8_t>(x.kind));
+  if (x.kind == ExpectKind::kErrno) w.u32(x.err);
+  if (x.kind == ExpectKind::kDigest) w.digest(x.digest);
+}
+
+bool get_expect(ByteReader& r, Expect& x, FsDecodeError& e) {
+  std::uint8_t kind = 0;
+  if (!r.u8(kind)) return false;
+  if (kind > 2) return reject(r, e, FsDecodeError::kBadExpectKind);
+  x.kind = static_cast<ExpectKind>(kind);
+  if (x.kind == ExpectKind::kErrno && !r.u32(x.err)) return false;
+  if (x.kind == ExpectKind::kDigest && !r.digest(x.digest)) return false;
+  return true;
+}
+
+// An entry name as an op carries it: longer than kNameWireBytesMax is malformed (longer than NAME_MAX is an
+// errno, for the service to return).
+bool get_name(ByteReader& r, std::string& name, FsDecodeError& e) {
+  return get_string16(r, kNameWireBytesMax, name, e, FsDecodeError::kNameTooLongOnWire);
+}
+
+// Each op's own fields, encoder and decoder side by side; a decoder leaves the fields its op does not use at
+// their defaults. `earlier` are the ops before this one (what a result reference may name).
+
+// GETATTR, READLINK, STATFS, FSYNC: the object.
+void put_handle_only(ByteWriter& w, const Op& op) { put_handle(w, op.handle); }
+bool get_handle_only(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  return get_handle(r, earlier, op.handle, e);
+}
+
+// LOOKUP, REMOVE, RMDIR: the directory and the name in it.
+void put_dir_name(ByteWriter& w, const Op& op) {
+  put_handle(w, op.handle);
+  put_string16(w, op.name);
+}
+bool get_dir_name(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  return get_handle(r, earlier, op.handle, e) && get_name(r, op.name, e);
+}
+
+// SETATTR: the mask, then the fields its bits name, in bit order ("now" bits carry no field).
+void put_setattr(ByteWriter& w, const Op& op) {
+  put_handle(w, op.handle);
+  w.u8(op.mask);
+  if (op.mask & setattr::kMode) w.u32(op.mode);
+  if (op.mask & setattr::kUid) w.u32(op.uid);
+  if (op.mask & setattr::kGid) w.u32(op.gid);
+  if (op.mask & setattr::kSize) w.u64(op.size);
+  if (op.mask & setattr::kAtime) w.u64(op.atime_ns);
+  if (op.mask & setattr::kMtime) w.u64(op.mtime_ns);
+}
+bool get_setattr(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  if (!get_handle(r, earlier, op.handle, e) || !r.u8(op.mask)) return false;
+  if ((op.mask & setattr::kAtime) && (op.mask & setattr::kAtimeNow)) {
+    return reject(r, e, FsDecodeError::kBadSetattrMask);
+  }
+  if ((op.mask & setattr::kMtime) && (op.mask & setattr::kMtimeNow)) {
+    return reject(r, e, FsDecodeError::kBadSetattrMask);
+  }
+  if ((op.mask & setattr::kMode) && !r.u32(op.mode)) return false;
+  if ((op.mask & setattr::kUid) && !r.u32(op.uid)) return false;
+  if ((op.mask & setattr::kGid) && !r.u32(op.gid)) return false;
+  if ((op.mask & setattr::kSize) && !r.u64(op.size)) return false;
+  if ((op.mask & setattr::kAtime) && !r.u64(op.atime_ns)) return false;
+  if ((op.mask & setattr::kMtime) && !r.u64(op.mtime_ns)) return false;
+  return true;
+}
+
+void put_read(ByteWriter& w, const Op& op) {
+  put_handle(w, op.handle);
+  w.u64(op.offset);
+  w.u32(op.count);
+}
+bool get_read(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  if (!get_handle(r, earlier, op.handle, e) || !r.u64(op.offset) || !r.u32(op.count)) return false;
+  if (op.count > kIoBytesMax) return reject(r, e, FsDecodeError::kIoTooLarge);
+  return true;
+}
+
+void put_write(ByteWriter& w, const Op& op) {
+  put_handle(w, op.handle);
+  w.u64(op.offset);
+  w.u8(op.append ? 1 : 0);
+  w.blob(op.data);
+}
+bool get_write(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  std::uint32_t n = 0;
+  if (!get_handle(r, earlier, op.handle, e) || !r.u64(op.offset) || !get_bool(r, op.append, e)) return false;
+  if (op.append && op.offset != 0) return reject(r, e, FsDecodeError::kAppendWithOffset);
+  if (!r.u32(n)) return false;
+  if (n > kIoBytesMax) return reject(r, e, FsDecodeError::kIoTooLarge);
+  return r.bytes(n, op.data);
+}
+
+void put_access(ByteWriter& w, const Op& op) {
+  put_handle(w, op.handle);
+  w.u8(op.access);
+}
+bool get_access(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  if (!get_handle(r, earlier, op.handle, e) || !r.u8(op.access)) return false;
+  if (op.access > 7) return reject(r, e, FsDecodeError::kBadAccessMask);
+  return true;
+}
+
+void put_create(ByteWriter& w, const Op& op) {
+  put_dir_name(w, op);
+  w.u32(op.mode);
+  w.u8(op.exclusive ? 1 : 0);
+}
+bool get_create(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  return get_dir_name(r, earlier, op, e) && r.u32(op.mode) && get_bool(r, op.exclusive, e);
+}
+
+void put_mkdir(ByteWriter& w, const Op& op) {
+  put_dir_name(w, op);
+  w.u32(op.mode);
+}
+bool get_mkdir(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  return get_dir_name(r, earlier, op, e) && r.u32(op.mode);
+}
+
+void put_mknod(ByteWriter& w, const Op& op) {
+  put_dir_name(w, op);
+  w.u32(op.mode);
+  w.u8(static_cast<std::uint8_t>(op.node_type));
+  w.u64(op.rdev);
+}
+bool get_mknod(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  std::uint8_t type = 0;
+  if (!get_dir_name(r, earlier, op, e)) return false;
+  if (!r.u32(op.mode) || !r.u8(type)) return false;
+  if (type < static_cast<std::uint8_t>(FileType::kFifo)) return reject(r, e, FsDecodeError::kBadNodeType);
+  if (type > kFileTypeMax) return reject(r, e, FsDecodeError::kBadNodeType);
+  op.node_type = static_cast<FileType>(type);
+  return r.u64(op.rdev);
+}
+
+void put_rename(ByteWriter& w, const Op& op) {
+  put_dir_name(w, op);
+  put_handle(w, op.handle2);
+  put_string16(w, op.name2);
+}
+bool get_rename(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  return get_dir_name(r, earlier, op, e) && get_handle(r, earlier, op.handle2, e) && get_name(r, op.name2, e);
+}
+
+void put_link(ByteWriter& w, const Op& op) {
+  put_handle(w, op.handle);
+  put_handle(w, op.handle2);
+  put_string16(w, op.name);
+}
+bool get_link(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  return get_handle(r, earlier, op.handle, e) && get_handle(r, earlier, op.handle2, e) && get_name(r, op.name, e);
+}
+
+void put_symlink(ByteWriter& w, const Op& op) {
+  put_dir_name(w, op);
+  put_string16(w, op.target);
+}
+bool get_symlink(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  return get_dir_name(r, earlier, op, e) &&
+         get_string16(r, kSymlinkWireBytesMax, op.target, e, FsDecodeError::kTargetTooLongOnWire);
+}
+
+// READDIR, READDIRPLUS.
+void put_readdir(ByteWriter& w, const Op& op) {
+  put_handle(w, op.handle);
+  w.u64(op.cookie);
+  w.u32(op.count);
+}
+bool get_readdir(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+  if (!get_handle(r, earlier, op.handle, e) || !r.u64(op.cookie) || !r.u32(op.count)) return false;
+  if (op.count == 0) return reject(r, e, FsDecodeError::kBadReaddirCount);
+  if (op.count > kReaddirEntriesMax) return reject(r, e, FsDecodeError::kBadReaddirCount);
+  return true;
+}
+
+// The encoder and decoder of each op's own fields, indexed by op code - 1.
+struct OpBodyCodec {
+  OpCode code;
+  void (*put)(ByteWriter& w, const Op& op);
+  bool (*get)(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e);
+};
+constexpr std::array<OpBodyCodec, kOpCodeMax> kOpBodies = {{
+    {OpCode::kLookup, put_dir_name, get_dir_name},
+    {OpCode::kGetattr, put_handle_only, get_handle_only},
+    {OpCode::kSetattr, put_setattr, get_setattr},
+    {OpCode::kRead, put_read, get_read},
+    {OpCode::kWrite, put_write, get_write},
+    {OpCode::kCreate, put_create, get_create},
+    {OpCode::kRemove, put_dir_name, get_dir_name},
+    {OpCode::kMkdir, put_mkdir, get_mkdir},
+    {OpCode::kRmdir, put_dir_name, get_dir_name},
+    {OpCode::kRename, put_rename, get_rename},
+    {OpCode::kLink, put_link, get_link},
+    {OpCode::kSymlink, put_symlink, get_symlink},
+    {OpCode::kReadlink, put_handle_only, get_handle_only},
+    {OpCode::kReaddir, put_readdir, get_readdir},
+    {OpCode::kStatfs, put_handle_only, get_handle_only},
+    {OpCode::kFsync, put_handle_only, get_handle_only},
+    {OpCode::kReaddirPlus, put_readdir, get_readdir},
+    {OpCode::kMknod, put_mknod, get_mknod},
+    {OpCode::kAccess, put_access, get_access},
+}};
+
+constexpr bool in_code_order(const std::array<OpBodyCodec, kOpCodeMax>& table) {
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    if (static_cast<std::size_t>(table[i].code) != i + 1) return false;
+  }
+  return true;
+}
+static_assert(in_code_order(kOpBodies), "kOpBodies[i] must be the codec of op code i + 1");
+
+const OpBodyCodec& op_body(OpCode code) {
+  const auto i = static_cast<std::size_t>(code);
+  BFT_ASSERT(i >= 1);
+  BFT_ASSERT(i <= kOpBodies.size());
+  return kOpBodies[i - 1];
+}
+
+void put_op(ByteWriter& w, const Op& op) {
+  w.u8(static_cast<std::uint8_t>(op.code));
+  put_cred(w, op.cred);
+  put_expect(w, op.expect);
+  op_body(op.code).put(w, op);
+}
+
+// Decodes one op (`earlier` already decoded, for result references). Leaves unused fields at defaults.
 bool get_op(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
   std::uint8_t code = 0;
   if (!r.u8(code)) return false;
-  if (code < 1 || code > kOpCodeMax) {
-    e = FsDecodeError::kBadOpCode;
-    return r.fail();
-  }
+  if (code < 1 || code > kOpCodeMax) return reject(r, e, FsDecodeError::kBadOpCode);
   op.code = static_cast<OpCode>(code);
-  std::uint8_t ngroups = 0;
-  if (!r.u32(op.cred.uid) || !r.u32(op.cred.gid) || !r.u8(ngroups)) return false;
-  if (ngroups > kGroupsMax) {
-    e = FsDecodeError::kTooManyGroups;
-    return r.fail();
-  }
-  op.cred.groups.resize(ngroups);
-  for (auto& g : op.cred.groups) {
-    if (!r.u32(g)) return false;
-  }
-  std::uint8_t kind = 0;
-  if (!r.u8(kind)) return false;
-  if (kind > 2) {
-    e = FsDecodeError::kBadExpectKind;
-    return r.fail();
-  }
-  op.expect.kind = static_cast<ExpectKind>(kind);
-  if (op.expect.kind == ExpectKind::kErrno && !r.u32(op.expect.err)) return false;
-  if (op.expect.kind == ExpectKind::kDigest && !r.digest(op.expect.digest)) return false;
-  switch (op.code) {
-    case OpCode::kLookup:
-    case OpCode::kRemove:
-    case OpCode::kRmdir:
-      return get_handle(r, earlier, op.handle, e) &&
-             get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire);
-    case OpCode::kGetattr:
-    case OpCode::kReadlink:
-    case OpCode::kStatfs:
-    case OpCode::kFsync:
-      return get_handle(r, earlier, op.handle, e);
-    case OpCode::kSetattr:
-      if (!get_handle(r, earlier, op.handle, e) || !r.u8(op.mask)) return false;
-      if ((op.mask & setattr::kAtime) && (op.mask & setattr::kAtimeNow)) {
-        e = FsDecodeError::kBadSetattrMask;
-        return r.fail();
-      }
-      if ((op.mask & setattr::kMtime) && (op.mask & setattr::kMtimeNow)) {
-        e = FsDecodeError::kBadSetattrMask;
-        return r.fail();
-      }
-      if ((op.mask & setattr::kMode) && !r.u32(op.mode)) return false;
-      if ((op.mask & setattr::kUid) && !r.u32(op.uid)) return false;
-      if ((op.mask & setattr::kGid) && !r.u32(op.gid)) return false;
-      if ((op.mask & setattr::kSize) && !r.u64(op.size)) return false;
-      if ((op.mask & setattr::kAtime) && !r.u64(op.atime_ns)) return false;
-      if ((op.mask & setattr::kMtime) && !r.u64(op.mtime_ns)) return false;
-      return true;
-    case OpCode::kRead:
-      if (!get_handle(r, earlier, op.handle, e) || !r.u64(op.offset) || !r.u32(op.count)) return false;
-      if (op.count > kIoBytesMax) {
-        e = FsDecodeError::kIoTooLarge;
-        return r.fail();
-      }
-      return true;
-    case OpCode::kWrite: {
-      std::uint32_t n = 0;
-      if (!get_handle(r, earlier, op.handle, e) || !r.u64(op.offset) || !get_bool(r, op.append, e)) return false;
-      if (op.append && op.offset != 0) {
-        e = FsDecodeError::kAppendWithOffset;
-        return r.fail();
-      }
-      if (!r.u32(n)) return false;
-      if (n > kIoBytesMax) {
-        e = FsDecodeError::kIoTooLarge;
-        return r.fail();
-      }
-      return r.bytes(n, op.data);
-    }
-    case OpCode::kAccess:
-      if (!get_handle(r, earlier, op.handle, e) || !r.u8(op.access)) return false;
-      if (op.access > 7) {
-        e = FsDecodeError::kBadAccessMask;
-        return r.fail();
-      }
-      return true;
-    case OpCode::kCreate:
-      return get_handle(r, earlier, op.handle, e) &&
-             get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire) &&
-             r.u32(op.mode) && get_bool(r, op.exclusive, e);
-    case OpCode::kMkdir:
-      return get_handle(r, earlier, op.handle, e) &&
-             get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire) && r.u32(op.mode);
-    case OpCode::kMknod: {
-      std::uint8_t type = 0;
-      if (!get_handle(r, earlier, op.handle, e)) return false;
-      if (!get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire)) return false;
-      if (!r.u32(op.mode) || !r.u8(type)) return false;
-      if (type < static_cast<std::uint8_t>(FileType::kFifo) || type > kFileTypeMax) {
-        e = FsDecodeError::kBadNodeType;
-        return r.fail();
-      }
-      op.node_type = static_cast<FileType>(type);
-      return r.u64(op.rdev);
-    }
-    case OpCode::kRename:
-      return get_handle(r, earlier, op.handle, e) &&
-             get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire) &&
-             get_handle(r, earlier, op.handle2, e) &&
-             get_string16(r, kNameWireBytesMax, op.name2, e, FsDecodeError::kNameTooLongOnWire);
-    case OpCode::kLink:
-      return get_handle(r, earlier, op.handle, e) && get_handle(r, earlier, op.handle2, e) &&
-             get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire);
-    case OpCode::kSymlink:
-      return get_handle(r, earlier, op.handle, e) &&
-             get_string16(r, kNameWireBytesMax, op.name, e, FsDecodeError::kNameTooLongOnWire) &&
-             get_string16(r, kSymlinkWireBytesMax, op.target, e, FsDecodeError::kTargetTooLongOnWire);
-    case OpCode::kReaddir:
-    case OpCode::kReaddirPlus:
-      if (!get_handle(r, earlier, op.handle, e) || !r.u64(op.cookie) || !r.u32(op.count)) return false;
-      if (op.count == 0 || op.count > kReaddirEntriesMax) {
-        e = FsDecodeError::kBadReaddirCount;
-        return r.fail();
-      }
-      return true;
-  }
-  BFT_UNREACHABLE();
+  if (!get_cred(r, op.cred, e)) return false;
+  if (!get_expect(r, op.expect, e)) return false;
+  return op_body(op.code).get(r, earlier, op, e);
 }
 
 // A failed read that did not name its own reason was a short input.
@@ -343,10 +374,7 @@ FsDecodeError reason(const ByteReader& r, FsDecodeError e) {
 bool get_op_result(ByteReader& r, OpResult& res, FsDecodeError& e) {
   std::uint8_t code = 0;
   if (!r.u8(code)) return false;
-  if (code < 1 || code > kOpCodeMax) {
-    e = FsDecodeError::kBadOpCode;
-    return r.fail();
-  }
+  if (code < 1 || code > kOpCodeMax) return reject(r, e, FsDecodeError::kBadOpCode);
   res.code = static_cast<OpCode>(code);
   if (!r.u32(res.err)) return false;
   if (res.err != err::kOk) return true;
@@ -355,20 +383,14 @@ bool get_op_result(ByteReader& r, OpResult& res, FsDecodeError& e) {
     case OpCode::kRead: {
       std::uint32_t n = 0;
       if (!get_bool(r, res.eof, e) || !r.u32(n)) return false;
-      if (n > kIoBytesMax) {
-        e = FsDecodeError::kBadReadLength;
-        return r.fail();
-      }
+      if (n > kIoBytesMax) return reject(r, e, FsDecodeError::kBadReadLength);
       return r.bytes(n, res.data);
     }
     case OpCode::kWrite:
       return r.u32(res.count);
     case OpCode::kAccess:
       if (!r.u8(res.granted)) return false;
-      if (res.granted > 7) {
-        e = FsDecodeError::kBadAccessMask;
-        return r.fail();
-      }
+      if (res.granted > 7) return reject(r, e, FsDecodeError::kBadAccessMask);
       return true;
     case OpCode::kReadlink:
       return get_string16(r, kSymlinkBytesMax, res.target, e, FsDecodeError::kTargetTooLongOnWire);
@@ -376,10 +398,7 @@ bool get_op_result(ByteReader& r, OpResult& res, FsDecodeError& e) {
     case OpCode::kReaddirPlus: {
       std::uint32_t n = 0;
       if (!get_bool(r, res.eof, e) || !r.u32(n)) return false;
-      if (n > kReaddirEntriesMax) {
-        e = FsDecodeError::kBadReaddirCount;
-        return r.fail();
-      }
+      if (n > kReaddirEntriesMax) return reject(r, e, FsDecodeError::kBadReaddirCount);
       res.entries.resize(n);
       for (auto& d : res.entries) {
         if (!r.u64(d.cookie) || !r.u64(d.ino) || !get_file_type(r, d.type, e)) return false;
