@@ -63,7 +63,7 @@ void Simulation::submit_one(ClientNode& c, bool allow_read) {
   Bytes op;
   OpKind kind = OpKind::kNull;
   bool read_only = false;
-  if (!sc_.counter) {
+  if (sc_.service == ServiceKind::kNull) {
     op = null_op(static_cast<std::uint32_t>(prng_.below(64)), static_cast<std::uint32_t>(prng_.below(32)));
   } else if (allow_read && prng_.below(100) < sc_.read_percent) {
     op = counter_read_op();
@@ -87,7 +87,7 @@ void Simulation::submit_one(ClientNode& c, bool allow_read) {
 // The counter result inside `comp` for the trace; takes the next token from an increment's result (a refused one
 // tells the token to use). A speculating client keeps its own chain of tokens (spec_on_final).
 std::string Simulation::describe_result(ClientNode& c, const Completion& comp, OpKind kind) {
-  if (!sc_.counter) return "";
+  if (!sc_.counter()) return "";
   std::string detail;
   std::span<const std::uint8_t> inner = comp.result;
   shim::ShimResult sr;

@@ -90,7 +90,7 @@ bool choose_shape(const SimConfig& c, Prng& p, Scenario& s, Forced& forced, std:
     error = "scenario '" + name + "' needs Byzantine replicas";
     return false;
   }
-  s.counter = !forced.null_variant;
+  s.service = forced.null_variant ? ServiceKind::kNull : ServiceKind::kCounter;
   s.pipelining_client = forced.null_variant;
   s.clients = kClients + (s.pipelining_client ? 1 : 0);
   return true;
@@ -197,7 +197,7 @@ void choose_network_and_workload(Prng& p, Scenario& s) {
     s.partition_ppm = parts[p.below(3)];
     s.slow_ppm = p.chance(1, 2) ? 2'000 : 0;
   }
-  s.read_percent = s.counter ? static_cast<std::uint32_t>(p.range(0, 40)) : 0;
+  s.read_percent = s.counter() ? static_cast<std::uint32_t>(p.range(0, 40)) : 0;
   s.think_ticks_max = static_cast<std::uint32_t>(p.range(0, 20));
 }
 
@@ -252,7 +252,7 @@ void choose_byzantine(const SimConfig& c, Prng& p, Scenario& s, const Forced& fo
 // f = 1 a lying primary leaves none for crashes).
 void choose_lying(const SimConfig& c, Scenario& s, const Forced& forced, std::uint64_t lie_draw) {
   const bool forced_lying = forced.strategy == Strategy::kLyingEarlyReplies;
-  if (!s.counter || !s.replica.early_replies || !c.byzantine || (c.speculation == 0 && !forced_lying)) return;
+  if (!s.counter() || !s.replica.early_replies || !c.byzantine || (c.speculation == 0 && !forced_lying)) return;
   const bool crashes = s.mode == Mode::kCrash || s.mode == Mode::kAllCrash;
   const std::uint64_t odds = s.mode == Mode::kByzantine ? 75 : (!crashes ? 90 : (s.f >= 2 ? 75 : 25));
   if (!forced_lying && lie_draw >= odds) return;
@@ -304,7 +304,7 @@ std::string Scenario::describe() const {
   return fmt("mode=%s f=%u n=%u clients=%u%s service=%s byz=[%s] crash=%uppm net=delay%u-%u loss=%uppm "
              "dup=%uppm partition=%uppm slow=%uppm K=%llu L=%llu batch=%u/%u tentative=%d vc_timeout=%u "
              "status=%u digests=%d early=%d piggyback=%d hold=%d quiet=%d/%u%s",
-             to_string(mode), f, n, clients, pipelining_client ? "+pipelining" : "", counter ? "counter" : "null",
+             to_string(mode), f, n, clients, pipelining_client ? "+pipelining" : "", to_string(service),
              byz.c_str(), crash_ppm, net.delay_min_ticks, net.delay_max_ticks, net.loss_ppm, net.duplicate_ppm,
              partition_ppm, slow_ppm, ull(ro.checkpoint_interval), ull(ro.log_window), ro.batch_requests_max,
              ro.batch_window, ro.tentative_execution ? 1 : 0, ro.view_change_timeout_ticks,

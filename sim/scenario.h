@@ -18,6 +18,7 @@
 #include "shim/shim.h"
 #include "sim/byzantine.h"
 #include "sim/network.h"
+#include "sim/service_stack.h"
 #include "sim/simulator.h"
 
 namespace bftfs::sim {
@@ -36,7 +37,7 @@ struct Scenario {
   std::uint32_t f = 1;
   std::uint32_t n = 4;
   std::uint32_t clients = kClients;
-  bool counter = true;             // the counter service; false: the null service
+  ServiceKind service = ServiceKind::kCounter;
   bool pipelining_client = false;  // null variant: the last client keeps several requests in flight
   std::vector<std::pair<NodeId, Strategy>> byzantine;
   std::uint32_t crash_ppm = 0;  // per tick
@@ -63,6 +64,7 @@ struct Scenario {
 
   // One line: every choice above, in a fixed order (printed with each result and in every failure report).
   std::string describe() const;
+  bool counter() const { return service == ServiceKind::kCounter; }
 };
 
 // Fills `s` with the scenario `c` asks for (its seed's draws for whatever `c` leaves open). False with `error`

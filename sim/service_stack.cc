@@ -3,10 +3,21 @@
 
 #include <vector>
 
+#include "common/assert.h"
 #include "services/null_service.h"
 #include "shim/envelope.h"
 
 namespace bftfs::sim {
+
+const char* to_string(ServiceKind k) {
+  switch (k) {
+    case ServiceKind::kCounter:
+      return "counter";
+    case ServiceKind::kNull:
+      return "null";
+  }
+  return "?";
+}
 
 Bytes PredicateStripper::execute(const ExecContext& ctx, std::span<const std::uint8_t> op) {
   std::vector<shim::Dependency> deps;
@@ -39,13 +50,18 @@ void PredicateStripper::install_partition(std::uint64_t index, std::span<const s
 CheckpointId PredicateStripper::finish_install(std::uint64_t target_seq) { return inner_.finish_install(target_seq); }
 
 SimStack::SimStack(const SimStackOptions& options, MemorySnapshotStore& store) {
-  if (options.counter) {
-    auto svc = std::make_unique<CounterService>(&store);
-    counter = svc.get();
-    service = std::move(svc);
-  } else {
-    service = std::make_unique<NullService>(&store);
+  switch (options.service) {
+    case ServiceKind::kCounter: {
+      auto svc = std::make_unique<CounterService>(&store);
+      counter = svc.get();
+      service = std::move(svc);
+      break;
+    }
+    case ServiceKind::kNull:
+      service = std::make_unique<NullService>(&store);
+      break;
   }
+  BFT_ASSERT(service != nullptr);
   Service* top_below = service.get();
   if (options.shim) {
     // Recovers the shim's logs of the service's recovered checkpoint from the same store (shim.h).

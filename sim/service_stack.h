@@ -19,6 +19,11 @@
 
 namespace bftfs::sim {
 
+// The service a seed's replicas run. A new one is a kind here, its place in SimStack, its choice in
+// sim/scenario.cc, its clients in sim/clients.cc and what its checker is fed from them.
+enum class ServiceKind { kCounter, kNull };
+const char* to_string(ServiceKind k);
+
 // SimConfig::sabotage_predicates: a Service decorator that drops the dependencies of every predicated request
 // before the shim below it decides, as a replica that ignored predicates would. Every other call forwards.
 class PredicateStripper final : public Service {
@@ -45,7 +50,7 @@ class PredicateStripper final : public Service {
 
 // What the simulator needs to build one replica's stack.
 struct SimStackOptions {
-  bool counter = true;  // CounterService; false: NullService
+  ServiceKind service = ServiceKind::kCounter;
   bool shim = false;    // PBFT-CS: the shim (with `shim_options`) over a probe over the service
   shim::ShimOptions shim_options;
   bool strip_predicates = false;  // a PredicateStripper over the shim (needs `shim`)

@@ -39,7 +39,7 @@ Simulation::~Simulation() = default;
 
 std::unique_ptr<ServiceStack> Simulation::make_stack(NodeId id, MemorySnapshotStore& store) {
   SimStackOptions o;
-  o.counter = sc_.counter;
+  o.service = sc_.service;
   o.shim = sc_.shim;
   o.shim_options = sc_.shim_options;
   o.strip_predicates = sc_.shim && config_.sabotage_predicates && cluster_->host(id).correct();
@@ -50,7 +50,7 @@ void Simulation::setup() {
   std::string error;
   if (!make_scenario(config_, sc_, error)) fail("bad configuration: " + error);
   nodes_ = sc_.n + sc_.clients;
-  checker_ = std::make_unique<Checker>(sc_.counter, sc_.shim);
+  checker_ = std::make_unique<Checker>(sc_.counter(), sc_.shim);
   ClusterOptions co;
   co.replica = sc_.replica;
   co.clients = sc_.clients;
