@@ -78,6 +78,7 @@ struct PromiseIndex {
   std::set<std::pair<std::uint64_t, Digest>> checkpoints;
   std::set<std::uint64_t> view_changes;  // views for which a ViewRecord{in_view_change} was persisted
 
+  // Indexes one record appended to the log.
   void add(const PersistRecord& rec);
   // "" if `send` from replica `self` is backed, else which record is missing.
   std::string missing_for(NodeId self, const Send& send) const;
@@ -208,12 +209,12 @@ class Cluster {
   Cluster& operator=(const Cluster&) = delete;
 
   const ClusterOptions& options() const { return options_; }
-  std::uint32_t n() const { return n_; }
+  std::uint32_t n() const { return n_; }  // replicas, ids 0 .. n-1
   std::uint32_t f() const { return options_.replica.f; }
-  std::uint32_t nodes() const { return n_ + options_.clients; }
-  std::vector<NodeId> client_ids() const;
+  std::uint32_t nodes() const { return n_ + options_.clients; }  // replicas and client endpoints
+  std::vector<NodeId> client_ids() const;                         // n .. nodes-1
 
-  // ---- nodes ----
+  // ---- nodes (ids out of range are a bug: std::out_of_range) ----
   ReplicaHost& host(NodeId replica) { return *replicas_.at(replica); }
   const ReplicaHost& host(NodeId replica) const { return *replicas_.at(replica); }
   // The core of a replica that is up.
@@ -223,8 +224,10 @@ class Cluster {
   T& stack(NodeId id) {
     return dynamic_cast<T&>(*host(id).stack);
   }
+  // Replica `replica`'s durable records, in the order it emitted them (all of them in the scripted mode).
   std::vector<PersistRecord>& records(NodeId replica) { return host(replica).log; }
   ClientHost& client(NodeId id) { return *clients_.at(id - n_); }
+  // A node's keys (replica or client), for signing or MACing what a test forges in its name.
   const Crypto& crypto(NodeId node) const;
   // Makes replica `id` Byzantine (kNetwork only), before its first start.
   void set_byzantine(NodeId id, std::unique_ptr<Byzantine> byz);
@@ -302,6 +305,7 @@ class Cluster {
   // Replica `id`'s stats over all its incarnations.
   ReplicaStats replica_stats(NodeId id) const;
 
+  // Throws Violation{what}.
   [[noreturn]] void fail(const std::string& what) const;
 
  private:
