@@ -266,126 +266,149 @@ void Byzantine::lie_in_view_change(ViewChange& vc) {
   ++lies_;
 }
 
+// Each rewrite below returns whether it handled the send (what goes out for it, possibly nothing, is in `out`);
+// a send it leaves alone goes out unchanged.
 void Byzantine::rewrite(const Send& send, std::vector<Send>& out) {
-  const Strategy s = pick();
-  const MsgType type = type_of(send.message);
-  switch (s) {
-    case Strategy::kEquivocate: {
-      const auto* pp = std::get_if<PrePrepare>(&send.message);
-      if (pp == nullptr) break;
-      // Half of the receivers (which half changes per message) see another batch.
-      const std::uint64_t parity = prng_.below(2);
-      const Batch other = mutate_batch(pp->batch);
-      for (NodeId t : targets(send.to)) {
-        if (t % 2 == parity) {
-          PrePrepare lie = *pp;
-          lie.batch = other;
-          out.push_back(Send{t, lie});
-          ++lies_;
-        } else {
-          out.push_back(Send{t, send.message});
-        }
-      }
-      return;
-    }
-    case Strategy::kCorruptDigests: {
-      if (type != MsgType::kPrepare && type != MsgType::kCommit && type != MsgType::kCheckpoint) break;
-      for (NodeId t : targets(send.to)) {
-        Message m = send.message;
-        if (prng_.chance(1, 2)) {
-          if (auto* p = std::get_if<Prepare>(&m)) p->digest = random_digest();
-          if (auto* c = std::get_if<Commit>(&m)) c->digest = random_digest();
-          if (auto* c = std::get_if<Checkpoint>(&m)) c->state_digest = random_digest();
-          ++lies_;
-        }
-        out.push_back(Send{t, std::move(m)});
-      }
-      return;
-    }
-    case Strategy::kWrongReplies: {
-      const auto* r = std::get_if<Reply>(&send.message);
-      if (r == nullptr) break;
-      Reply lie = *r;
-      if (!lie.result.empty()) {
-        lie.result[prng_.below(lie.result.size())] ^= static_cast<std::uint8_t>(1 + prng_.below(255));
-        lie.result_digest = digest_of(lie.result);
-      } else if ((lie.flags & kReplyHasResult) != 0 || prng_.chance(1, 2)) {
-        // A full result where none was asked for: some bytes and their digest.
-        lie.result.assign(1 + prng_.below(17), static_cast<std::uint8_t>(prng_.next()));
-        lie.result_digest = digest_of(lie.result);
-        lie.flags |= kReplyHasResult;
-      } else {
-        lie.result_digest = random_digest();
-      }
-      if (prng_.chance(1, 2)) lie.flags &= static_cast<std::uint8_t>(~kReplyTentative);  // "it committed"
-      out.push_back(Send{send.to, std::move(lie)});
-      ++lies_;
-      return;
-    }
-    case Strategy::kWithhold: {
-      if ((withheld_types_ & (1u << static_cast<std::uint32_t>(type))) != 0) {
-        ++lies_;
-        return;
-      }
-      bool any_withheld = false;
-      for (NodeId t : targets(send.to)) any_withheld = any_withheld || (t < nodes_ && withheld_to_[t]);
-      if (!any_withheld) break;
-      for (NodeId t : targets(send.to)) {
-        if (t < nodes_ && withheld_to_[t]) {
-          ++lies_;
-        } else {
-          out.push_back(Send{t, send.message});
-        }
-      }
-      return;
-    }
-    case Strategy::kLyingViewChange: {
-      if (const auto* vc = std::get_if<ViewChange>(&send.message)) {
-        ViewChange lie = *vc;
-        lie_in_view_change(lie);
-        out.push_back(Send{send.to, std::move(lie)});
-        return;
-      }
-      if (const auto* nv = std::get_if<NewView>(&send.message)) {
-        NewView lie = *nv;
-        if (!lie.view_changes.empty()) {
-          switch (prng_.below(3)) {
-            case 0:  // one view change fewer (maybe below 2f+1)
-              lie.view_changes.pop_back();
-              break;
-            case 1:  // its own view change replaced by a lying one, validly signed
-              for (auto& vc : lie.view_changes) {
-                if (vc.replica == self_) lie_in_view_change(vc);
-              }
-              break;
-            default:  // someone else's view change altered: its signature no longer verifies
-              lie.view_changes[prng_.below(lie.view_changes.size())].stable_seq += 1;
-              break;
-          }
-        }
-        lie.signature = crypto_.sign(new_view_signing_bytes(lie));
-        out.push_back(Send{send.to, std::move(lie)});
-        ++lies_;
-        return;
+  bool handled = false;
+  switch (pick()) {
+    case Strategy::kEquivocate:
+      handled = equivocate(send, out);
+      break;
+    case Strategy::kCorruptDigests:
+      handled = corrupt_digests(send, out);
+      break;
+    case Strategy::kWrongReplies:
+      handled = wrong_reply(send, out);
+      break;
+    case Strategy::kWithhold:
+      handled = withhold(send, out);
+      break;
+    case Strategy::kLyingViewChange:
+      handled = lie_in_view_messages(send, out);
+      break;
+    case Strategy::kReorderClient:
+      if (const auto* pp = std::get_if<PrePrepare>(&send.message)) {
+        reorder(send, *pp, out);
+        handled = true;
       }
       break;
-    }
-    case Strategy::kReorderClient: {
-      const auto* pp = std::get_if<PrePrepare>(&send.message);
-      if (pp == nullptr) break;
-      reorder(send, *pp, out);
-      return;
-    }
     case Strategy::kSilentPrimary:
-      if (type == MsgType::kPrePrepare || type == MsgType::kNewView) {
-        ++lies_;
-        return;
-      }
+      handled = type_of(send.message) == MsgType::kPrePrepare || type_of(send.message) == MsgType::kNewView;
+      if (handled) ++lies_;
       break;
     default:
       break;
   }
-  out.push_back(send);
+  if (!handled) out.push_back(send);
+}
+
+// equivocate: half of the receivers (which half changes per message) see another batch.
+bool Byzantine::equivocate(const Send& send, std::vector<Send>& out) {
+  const auto* pp = std::get_if<PrePrepare>(&send.message);
+  if (pp == nullptr) return false;
+  const std::uint64_t parity = prng_.below(2);
+  const Batch other = mutate_batch(pp->batch);
+  for (NodeId t : targets(send.to)) {
+    if (t % 2 == parity) {
+      PrePrepare lie = *pp;
+      lie.batch = other;
+      out.push_back(Send{t, lie});
+      ++lies_;
+    } else {
+      out.push_back(Send{t, send.message});
+    }
+  }
+  return true;
+}
+
+// corrupt-digests: prepare, commit and checkpoint digests replaced for some receivers.
+bool Byzantine::corrupt_digests(const Send& send, std::vector<Send>& out) {
+  const MsgType type = type_of(send.message);
+  if (type != MsgType::kPrepare && type != MsgType::kCommit && type != MsgType::kCheckpoint) return false;
+  for (NodeId t : targets(send.to)) {
+    Message m = send.message;
+    if (prng_.chance(1, 2)) {
+      if (auto* p = std::get_if<Prepare>(&m)) p->digest = random_digest();
+      if (auto* c = std::get_if<Commit>(&m)) c->digest = random_digest();
+      if (auto* c = std::get_if<Checkpoint>(&m)) c->state_digest = random_digest();
+      ++lies_;
+    }
+    out.push_back(Send{t, std::move(m)});
+  }
+  return true;
+}
+
+// wrong-replies: a result that is wrong but matches its digest, sometimes claimed committed.
+bool Byzantine::wrong_reply(const Send& send, std::vector<Send>& out) {
+  const auto* r = std::get_if<Reply>(&send.message);
+  if (r == nullptr) return false;
+  Reply lie = *r;
+  if (!lie.result.empty()) {
+    lie.result[prng_.below(lie.result.size())] ^= static_cast<std::uint8_t>(1 + prng_.below(255));
+    lie.result_digest = digest_of(lie.result);
+  } else if ((lie.flags & kReplyHasResult) != 0 || prng_.chance(1, 2)) {
+    // A full result where none was asked for: some bytes and their digest.
+    lie.result.assign(1 + prng_.below(17), static_cast<std::uint8_t>(prng_.next()));
+    lie.result_digest = digest_of(lie.result);
+    lie.flags |= kReplyHasResult;
+  } else {
+    lie.result_digest = random_digest();
+  }
+  if (prng_.chance(1, 2)) lie.flags &= static_cast<std::uint8_t>(~kReplyTentative);  // "it committed"
+  out.push_back(Send{send.to, std::move(lie)});
+  ++lies_;
+  return true;
+}
+
+// withhold: the message types it drops, or the nodes it sends nothing to.
+bool Byzantine::withhold(const Send& send, std::vector<Send>& out) {
+  if ((withheld_types_ & (1u << static_cast<std::uint32_t>(type_of(send.message)))) != 0) {
+    ++lies_;
+    return true;
+  }
+  bool any_withheld = false;
+  for (NodeId t : targets(send.to)) any_withheld = any_withheld || (t < nodes_ && withheld_to_[t]);
+  if (!any_withheld) return false;
+  for (NodeId t : targets(send.to)) {
+    if (t < nodes_ && withheld_to_[t]) {
+      ++lies_;
+    } else {
+      out.push_back(Send{t, send.message});
+    }
+  }
+  return true;
+}
+
+// lying-view-change: its view changes lie (lie_in_view_change); its new-views drop or alter view changes.
+bool Byzantine::lie_in_view_messages(const Send& send, std::vector<Send>& out) {
+  if (const auto* vc = std::get_if<ViewChange>(&send.message)) {
+    ViewChange lie = *vc;
+    lie_in_view_change(lie);
+    out.push_back(Send{send.to, std::move(lie)});
+    return true;
+  }
+  const auto* nv = std::get_if<NewView>(&send.message);
+  if (nv == nullptr) return false;
+  NewView lie = *nv;
+  if (!lie.view_changes.empty()) {
+    switch (prng_.below(3)) {
+      case 0:  // one view change fewer (maybe below 2f+1)
+        lie.view_changes.pop_back();
+        break;
+      case 1:  // its own view change replaced by a lying one, validly signed
+        for (auto& vc : lie.view_changes) {
+          if (vc.replica == self_) lie_in_view_change(vc);
+        }
+        break;
+      default:  // someone else's view change altered: its signature no longer verifies
+        lie.view_changes[prng_.below(lie.view_changes.size())].stable_seq += 1;
+        break;
+    }
+  }
+  lie.signature = crypto_.sign(new_view_signing_bytes(lie));
+  out.push_back(Send{send.to, std::move(lie)});
+  ++lies_;
+  return true;
 }
 
 void Byzantine::set_early_lies(std::uint32_t lie_ppm, std::uint32_t fake_ppm, bool shim) {

@@ -116,6 +116,12 @@ class Byzantine {
   Strategy pick();  // the strategy for one message (mixed picks one at random)
   std::vector<NodeId> targets(NodeId to) const;
   void rewrite(const Send& send, std::vector<Send>& out);
+  // The rewrites of one strategy each: true when they handled `send` (out holds what goes out instead).
+  bool equivocate(const Send& send, std::vector<Send>& out);
+  bool corrupt_digests(const Send& send, std::vector<Send>& out);
+  bool wrong_reply(const Send& send, std::vector<Send>& out);
+  bool withhold(const Send& send, std::vector<Send>& out);
+  bool lie_in_view_messages(const Send& send, std::vector<Send>& out);
   Batch mutate_batch(const Batch& batch);
   // reorder-client: the pre-prepares that go out for `send` of `pp` (none while `pp` is parked).
   void reorder(const Send& send, const PrePrepare& pp, std::vector<Send>& out);

@@ -133,6 +133,43 @@ void Checker::check_client_order(NodeId replica, const ExecRecord& rec) {
   }
 }
 
+// Property 4 for one record new to the agreed history: a successful increment's value is unique and grows with
+// the agreed order. False when the record breaks it so that nothing more can be said about it.
+bool Checker::check_counter_integrity(NodeId replica, const ExecRecord& rec) {
+  if (!counter_ || rec.op_kind != kCounterOpIncrement || rec.shim_status != shim::ShimStatus::kExecuted) return true;
+  CounterResult res;
+  shim::ShimStatus status;
+  if (!counter_result(rec.result, status, res)) {
+    fail(fmt("counter: replica %u seq %llu: increment result of client %u request %llu does not parse", replica,
+             ull(rec.seq), rec.client, ull(rec.request_id)));
+    return false;
+  }
+  if (res.status != kCounterStatusOk) return true;
+  auto [vit, fresh] = ok_values_.try_emplace(res.value, rec.seq, Key{rec.client, rec.request_id});
+  if (!fresh) {
+    fail(fmt("counter integrity: value %llu returned to client %u request %llu (seq %llu) and to client %u "
+             "request %llu (seq %llu)",
+             ull(res.value), vit->second.second.first, ull(vit->second.second.second), ull(vit->second.first),
+             rec.client, ull(rec.request_id), ull(rec.seq)));
+    return false;
+  }
+  // Values grow with the agreed order: the next smaller value was executed at or before this seq and the next
+  // larger one at or after it.
+  if (vit != ok_values_.begin()) {
+    auto prev = std::prev(vit);
+    if (prev->second.first > rec.seq) {
+      fail(fmt("counter integrity: value %llu at seq %llu but smaller value %llu at later seq %llu", ull(res.value),
+               ull(rec.seq), ull(prev->first), ull(prev->second.first)));
+    }
+  }
+  auto next = std::next(vit);
+  if (next != ok_values_.end() && next->second.first < rec.seq) {
+    fail(fmt("counter integrity: value %llu at seq %llu but larger value %llu at earlier seq %llu", ull(res.value),
+             ull(rec.seq), ull(next->first), ull(next->second.first)));
+  }
+  return true;
+}
+
 void Checker::on_final(NodeId replica, const ExecRecord& rec) {
   const Key key{rec.client, rec.request_id};
   if (shim_ && !rec.enveloped) {
@@ -163,39 +200,7 @@ void Checker::on_final(NodeId replica, const ExecRecord& rec) {
   if (failed()) return;
   if (shim_ && shim::is_retry(rec.shim_status)) ++shim_retries_;
 
-  if (counter_ && rec.op_kind == kCounterOpIncrement && rec.shim_status == shim::ShimStatus::kExecuted) {
-    CounterResult res;
-    shim::ShimStatus status;
-    if (!counter_result(rec.result, status, res)) {
-      fail(fmt("counter: replica %u seq %llu: increment result of client %u request %llu does not parse",
-               replica, ull(rec.seq), rec.client, ull(rec.request_id)));
-      return;
-    }
-    if (res.status == kCounterStatusOk) {
-      auto [vit, fresh] = ok_values_.try_emplace(res.value, rec.seq, key);
-      if (!fresh) {
-        fail(fmt("counter integrity: value %llu returned to client %u request %llu (seq %llu) and to client %u "
-                 "request %llu (seq %llu)",
-                 ull(res.value), vit->second.second.first, ull(vit->second.second.second), ull(vit->second.first),
-                 rec.client, ull(rec.request_id), ull(rec.seq)));
-        return;
-      }
-      // Values grow with the agreed order: the next smaller value was executed at or before this seq and the
-      // next larger one at or after it.
-      if (vit != ok_values_.begin()) {
-        auto prev = std::prev(vit);
-        if (prev->second.first > rec.seq) {
-          fail(fmt("counter integrity: value %llu at seq %llu but smaller value %llu at later seq %llu",
-                   ull(res.value), ull(rec.seq), ull(prev->first), ull(prev->second.first)));
-        }
-      }
-      auto next = std::next(vit);
-      if (next != ok_values_.end() && next->second.first < rec.seq) {
-        fail(fmt("counter integrity: value %llu at seq %llu but larger value %llu at earlier seq %llu",
-                 ull(res.value), ull(rec.seq), ull(next->first), ull(next->second.first)));
-      }
-    }
-  }
+  if (!check_counter_integrity(replica, rec)) return;
 
   auto pit = pending_.find(key);
   if (pit != pending_.end()) {
@@ -250,26 +255,7 @@ void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t st
   op.complete_step = step;
   ++completions_;
   const Digest digest = digest_of(c.result);
-  // Property 9: the final event's kind follows from the first reply the client delivered.
-  switch (kind) {
-    case FinalKind::kPlain:
-      if (op.has_first) fail(fmt("speculation: plain client %u delivered a first reply for request %llu", client,
-                                 ull(c.request_id)));
-      break;
-    case FinalKind::kCommit:
-      if (op.has_first && op.first_digest != digest) {
-        fail(fmt("speculation: client %u committed request %llu with %s although the first reply it delivered was "
-                 "%s (a mispredicted first reply must end in a rollback)",
-                 client, ull(c.request_id), digest.short_hex().c_str(), op.first_digest.short_hex().c_str()));
-      }
-      break;
-    case FinalKind::kRollback:
-      if (!op.has_first || op.first_digest == digest) {
-        fail(fmt("speculation: client %u rolled back request %llu (final %s) although %s", client, ull(c.request_id),
-                 digest.short_hex().c_str(), op.has_first ? "its first reply was the same" : "it delivered no first reply"));
-      }
-      break;
-  }
+  check_final_kind(client, c.request_id, op, kind, digest);
   if (failed()) return;
 
   if (op.kind == OpKind::kRead) {
@@ -289,40 +275,65 @@ void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t st
     }
   }
 
-  if (counter_ && op.kind != OpKind::kNull) {
-    CounterResult res;
-    shim::ShimStatus status;
-    if (!counter_result(c.result, status, res)) {
-      if (op.kind == OpKind::kIncrement && shim::is_retry(status)) {
-        // A no-op (a predicate failed): it changed nothing and saw nothing; property 8 checks it was right to.
-        op.kind = OpKind::kNull;
-        return;
+  if (counter_ && op.kind != OpKind::kNull) record_counter_value(client, c, op);
+}
+
+// Property 9: the final event's kind follows from the first reply the client delivered.
+void Checker::check_final_kind(NodeId client, std::uint64_t request_id, const Op& op, FinalKind kind,
+                               const Digest& digest) {
+  switch (kind) {
+    case FinalKind::kPlain:
+      if (op.has_first) {
+        fail(fmt("speculation: plain client %u delivered a first reply for request %llu", client, ull(request_id)));
       }
-      fail(fmt("client %u accepted a %s result for request %llu that does not parse (shim status %s)", client,
-               to_string(op.kind).c_str(), ull(c.request_id), std::string(shim::to_string(status)).c_str()));
       return;
-    }
-    const bool ok = res.status == kCounterStatusOk;
-    const bool bad_token = res.status == kCounterStatusBadToken && op.kind == OpKind::kIncrement;
-    if (!ok && !bad_token) {
-      fail(fmt("client %u request %llu: a well-formed %s got status %u", client, ull(c.request_id),
-               to_string(op.kind).c_str(), res.status));
+    case FinalKind::kCommit:
+      if (op.has_first && op.first_digest != digest) {
+        fail(fmt("speculation: client %u committed request %llu with %s although the first reply it delivered was "
+                 "%s (a mispredicted first reply must end in a rollback)",
+                 client, ull(request_id), digest.short_hex().c_str(), op.first_digest.short_hex().c_str()));
+      }
       return;
-    }
-    op.has_value = true;
-    op.value = res.value;
-    if (ok && op.kind == OpKind::kIncrement) ++accepted_increments_;
-    // An increment refused for its token changed nothing and reports the value it saw: for real-time order it
-    // is a read.
-    if (bad_token) op.kind = OpKind::kRead;
+    case FinalKind::kRollback:
+      if (!op.has_first || op.first_digest == digest) {
+        fail(fmt("speculation: client %u rolled back request %llu (final %s) although %s", client, ull(request_id),
+                 digest.short_hex().c_str(),
+                 op.has_first ? "its first reply was the same" : "it delivered no first reply"));
+      }
+      return;
   }
 }
 
+// The counter value an accepted counter result carries, for properties 5 and 7.
+void Checker::record_counter_value(NodeId client, const Completion& c, Op& op) {
+  CounterResult res;
+  shim::ShimStatus status;
+  if (!counter_result(c.result, status, res)) {
+    if (op.kind == OpKind::kIncrement && shim::is_retry(status)) {
+      // A no-op (a predicate failed): it changed nothing and saw nothing; property 8 checks it was right to.
+      op.kind = OpKind::kNull;
+      return;
+    }
+    fail(fmt("client %u accepted a %s result for request %llu that does not parse (shim status %s)", client,
+             to_string(op.kind).c_str(), ull(c.request_id), std::string(shim::to_string(status)).c_str()));
+    return;
+  }
+  const bool ok = res.status == kCounterStatusOk;
+  const bool bad_token = res.status == kCounterStatusBadToken && op.kind == OpKind::kIncrement;
+  if (!ok && !bad_token) {
+    fail(fmt("client %u request %llu: a well-formed %s got status %u", client, ull(c.request_id),
+             to_string(op.kind).c_str(), res.status));
+    return;
+  }
+  op.has_value = true;
+  op.value = res.value;
+  if (ok && op.kind == OpKind::kIncrement) ++accepted_increments_;
+  // An increment refused for its token changed nothing and reports the value it saw: for real-time order it is a
+  // read.
+  if (bad_token) op.kind = OpKind::kRead;
+}
+
 void Checker::check_real_time() {
-  struct Obs {
-    const Key* key;
-    const Op* op;
-  };
   std::vector<Obs> incs;   // completed successful increments
   std::vector<Obs> reads;  // completed reads (and refused increments)
   for (const auto& [key, op] : ops_) {
@@ -330,15 +341,19 @@ void Checker::check_real_time() {
     (op.kind == OpKind::kIncrement ? incs : reads).push_back(Obs{&key, &op});
   }
   const std::uint64_t max_value = ok_values_.empty() ? 0 : ok_values_.rbegin()->first;
+  if (!check_lower_bounds(incs, reads)) return;
+  check_upper_bounds(incs, reads, max_value);
+}
 
-  // Lower bounds: sweep operations by submit step, folding in increments that completed before it.
+// Lower bounds: sweep operations by submit step, folding in increments that completed before it. False on a
+// violation.
+bool Checker::check_lower_bounds(const std::vector<Obs>& incs, const std::vector<Obs>& reads) {
   std::vector<Obs> by_complete = incs;
   std::sort(by_complete.begin(), by_complete.end(),
             [](const Obs& a, const Obs& b) { return a.op->complete_step < b.op->complete_step; });
   std::vector<Obs> all = incs;
   all.insert(all.end(), reads.begin(), reads.end());
-  std::sort(all.begin(), all.end(),
-            [](const Obs& a, const Obs& b) { return a.op->submit_step < b.op->submit_step; });
+  std::sort(all.begin(), all.end(), [](const Obs& a, const Obs& b) { return a.op->submit_step < b.op->submit_step; });
   std::size_t i = 0;
   std::uint64_t lo = 0;
   const Key* lo_key = nullptr;
@@ -357,11 +372,15 @@ void Checker::check_real_time() {
                "completed with value %llu before it was submitted",
                o.key->first, to_string(o.op->kind).c_str(), ull(o.key->second), ull(o.op->value), lo_key->first,
                ull(lo_key->second), ull(lo)));
-      return;
+      return false;
     }
   }
+  return true;
+}
 
-  // Upper bounds for reads: increments submitted after the read completed are ordered after it.
+// Upper bounds for reads: increments submitted after the read completed are ordered after it; and no read sees
+// more increments than were ever agreed.
+void Checker::check_upper_bounds(const std::vector<Obs>& incs, std::vector<Obs> reads, std::uint64_t max_value) {
   std::vector<Obs> by_submit_desc = incs;
   std::sort(by_submit_desc.begin(), by_submit_desc.end(),
             [](const Obs& a, const Obs& b) { return a.op->submit_step > b.op->submit_step; });

@@ -134,8 +134,18 @@ class Checker {
     Digest result_digest;
     std::uint64_t step = 0;
   };
+  // A completed operation with a counter value, for the real-time checks.
+  struct Obs {
+    const Key* key;
+    const Op* op;
+  };
   void fail(std::string what);
   void check_real_time();
+  bool check_lower_bounds(const std::vector<Obs>& incs, const std::vector<Obs>& reads);
+  void check_upper_bounds(const std::vector<Obs>& incs, std::vector<Obs> reads, std::uint64_t max_value);
+  bool check_counter_integrity(NodeId replica, const ExecRecord& rec);
+  void check_final_kind(NodeId client, std::uint64_t request_id, const Op& op, FinalKind kind, const Digest& digest);
+  void record_counter_value(NodeId client, const Completion& c, Op& op);
   void check_client_order(NodeId replica, const ExecRecord& rec);
   void check_predicates(NodeId replica, const ExecRecord& rec);
   // The counter result a (possibly enveloped) result carries; false when it carries none (a no-op, or bytes

@@ -7,16 +7,14 @@
 //   common options: --ticks T (fault phase length), --f F, --no-byzantine, --scenario NAME,
 //                   --liveness-ticks T (bound on the liveness phase), --service counter|null,
 //                   --cs 0|1 (PBFT-CS: 1 forces early replies, the shim and speculating clients; 0 forbids the
-//                   shim and speculating clients)
-// Exit status: 0 if every seed passed, 1 if any failed, 2 on a usage error.
+//                   shim and speculating clients), --fingerprints (each seed's SimStats::fingerprint, one line
+//                   per seed in seed order, so that two builds can be compared run for run)
+// Exit status: 0 if every seed passed, 1 if any failed, 2 on a usage error. `--help` lists the options.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -29,28 +27,6 @@ namespace {
 using bftfs::sim::SimConfig;
 using bftfs::sim::SimResult;
 using bftfs::sim::SimStats;
-
-void usage() {
-  std::fprintf(stderr,
-               "usage: bftfs-sim [--seeds N] [--start S] [--jobs J] [--seed S] [-v] [--regressions]\n"
-               "                 [--ticks T] [--liveness-ticks T] [--f F] [--no-byzantine] [--scenario NAME]\n"
-               "                 [--service counter|null] [--cs 0|1]\n"
-               "scenarios:");
-  for (const auto& s : bftfs::sim::scenario_names()) std::fprintf(stderr, " %s", s.c_str());
-  for (int i = 1; i < static_cast<int>(bftfs::sim::Strategy::kCount); ++i) {
-    std::fprintf(stderr, " %s", std::string(bftfs::sim::to_string(static_cast<bftfs::sim::Strategy>(i))).c_str());
-  }
-  std::fprintf(stderr, "\n");
-}
-
-bool parse_u64(const char* s, std::uint64_t& out) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s || *end != '\0' || errno != 0) return false;
-  out = v;
-  return true;
-}
 
 struct Totals {
   SimStats sum;
@@ -173,133 +149,9 @@ void print_stats(const SimStats& s, const char* indent) {
   std::printf("%s\n", sep[0] == ',' ? ")" : "");
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  SimConfig base;
-  std::uint64_t seeds = 100;
-  std::uint64_t start = 1;
-  // Seeds are independent processes: by default one per online CPU.
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  std::uint64_t jobs = cpus > 0 ? static_cast<std::uint64_t>(cpus) : 1;
-  bool one = false;
-  bool regressions = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](std::uint64_t& out) {
-      if (i + 1 >= argc || !parse_u64(argv[i + 1], out)) {
-        std::fprintf(stderr, "bftfs-sim: %s needs a number\n", a.c_str());
-        std::exit(2);
-      }
-      ++i;
-    };
-    std::uint64_t v = 0;
-    if (a == "--seeds") {
-      value(seeds);
-    } else if (a == "--start") {
-      value(start);
-    } else if (a == "--seed") {
-      value(base.seed);
-      one = true;
-    } else if (a == "--jobs" || a == "-j") {
-      value(jobs);
-    } else if (a == "--ticks") {
-      value(base.fault_ticks);
-    } else if (a == "--liveness-ticks") {
-      value(base.liveness_ticks_max);
-    } else if (a == "--f") {
-      value(v);
-      if (v < 1 || v > 21) {
-        std::fprintf(stderr, "bftfs-sim: --f must be 1..21\n");
-        return 2;
-      }
-      base.f = static_cast<std::uint32_t>(v);
-    } else if (a == "--no-byzantine") {
-      base.byzantine = false;
-    } else if (a == "--scenario") {
-      if (i + 1 >= argc) {
-        usage();
-        return 2;
-      }
-      base.scenario = argv[++i];
-    } else if (a == "--service") {
-      if (i + 1 >= argc) {
-        usage();
-        return 2;
-      }
-      base.service = argv[++i];
-    } else if (a == "--cs") {
-      value(v);
-      if (v > 1) {
-        std::fprintf(stderr, "bftfs-sim: --cs must be 0 or 1\n");
-        return 2;
-      }
-      base.speculation = static_cast<int>(v);
-    } else if (a == "-v" || a == "--verbose") {
-      base.verbose = true;
-    } else if (a == "--regressions") {
-      regressions = true;
-    } else {
-      usage();
-      return 2;
-    }
-  }
-
-  if (const std::string error = bftfs::sim::check_config(base); !error.empty()) {
-    std::fprintf(stderr, "bftfs-sim: %s\n", error.c_str());
-    usage();
-    return 2;
-  }
-  if (one) {
-    const SimResult r = bftfs::sim::run_simulation(base);
-    std::printf("seed %llu: %s\n  scenario: %s\n", static_cast<unsigned long long>(r.seed),
-                r.passed ? "PASS" : "FAIL", r.scenario.c_str());
-    print_stats(r.stats, "  ");
-    if (!r.passed) std::printf("%s", r.failure.c_str());
-    return r.passed ? 0 : 1;
-  }
-
-  std::vector<SimConfig> configs;
-  if (regressions) {
-    if (const std::string error = bftfs::sim::read_regression_seeds(bftfs::sim::regression_seeds_path(), configs);
-        !error.empty()) {
-      std::fprintf(stderr, "bftfs-sim: %s\n", error.c_str());
-      return 2;
-    }
-  } else {
-    for (std::uint64_t s = start; s < start + seeds; ++s) {
-      SimConfig c = base;
-      c.seed = s;
-      configs.push_back(c);
-    }
-  }
-
-  Totals totals;
-  std::vector<std::uint64_t> failed;
-  std::size_t finished = 0;
-  const std::size_t total = configs.size();
-  auto done = [&](const SimResult& r) {
-    ++finished;
-    totals.add(r.stats);
-    if (!r.passed) {
-      failed.push_back(r.seed);
-      std::printf("%s\n", r.failure.c_str());
-    }
-    if (finished % 25 == 0 || finished == total) {
-      std::printf("[%zu/%zu] %zu failed\n", finished, total, failed.size());
-    }
-    std::fflush(stdout);
-  };
-  bftfs::sim::run_many(configs, static_cast<unsigned>(jobs), done);
-
-  std::printf("\nsummary: %zu seeds, %zu passed, %zu failed\n", total, total - failed.size(), failed.size());
-  if (!failed.empty()) {
-    std::sort(failed.begin(), failed.end());
-    std::printf("failing seeds:");
-    for (auto s : failed) std::printf(" %llu", static_cast<unsigned long long>(s));
-    std::printf("\n");
-  }
-  print_stats(totals.sum, "  ");
+// Prints the coverage marks of a sweep: in how many seeds each rare path ran.
+void print_coverage(const Totals& totals) {
   std::printf("  coverage (seeds where it ran): view change %llu, state transfer %llu, rollback %llu, crash %llu, "
               "crash between persist and send %llu, all-crash %llu, byzantine %llu, partition %llu, read-only %llu, batch hold %llu, quiet primary %llu (released %llu)\n",
               static_cast<unsigned long long>(totals.seeds_with_view_change),
@@ -330,5 +182,146 @@ int main(int argc, char** argv) {
               "replicas skipped a request ordered before its predecessor %llu (%llu requests)\n",
               ull(totals.seeds_pipelined), ull(totals.seeds_reorder_primary), ull(totals.seeds_with_order_deferral),
               ull(totals.sum.requests_deferred_order));
+}
+
+struct Options {
+  SimConfig base;
+  std::uint64_t seeds = 100;
+  std::uint64_t start = 1;
+  std::uint64_t jobs = 1;
+  bool regressions = false;
+  bool fingerprints = false;
+};
+
+std::string scenario_list() {
+  std::string out = "scenarios:";
+  for (const auto& s : bftfs::sim::scenario_names()) out += " " + s;
+  for (int i = 1; i < static_cast<int>(bftfs::sim::Strategy::kCount); ++i) {
+    out += " " + std::string(bftfs::sim::to_string(static_cast<bftfs::sim::Strategy>(i)));
+  }
+  return out;
+}
+
+// Declares every option on `app`, writing into `o`.
+void declare_options(CLI::App& app, Options& o) {
+  app.add_option("--seeds", o.seeds, "run N seeds (default 100)");
+  app.add_option("--start", o.start, "the first of them (default 1)");
+  app.add_option("-j,--jobs", o.jobs, "seeds run at once, each in a process of its own (default: one per CPU)");
+  app.add_option("--seed", o.base.seed, "run this one seed in this process and print its report");
+  app.add_flag("-v,--verbose", o.base.verbose, "with --seed: print every event and the debug log");
+  app.add_flag("--regressions", o.regressions, "run every seed of sim/regression-seeds.txt");
+  app.add_flag("--fingerprints", o.fingerprints,
+               "print each seed's fingerprint (hash of its delivered frames), one line per seed in seed order");
+  app.add_option("--ticks", o.base.fault_ticks, "length of the fault phase in ticks");
+  app.add_option("--liveness-ticks", o.base.liveness_ticks_max, "bound on the liveness phase in ticks");
+  app.add_option("--f", o.base.f, "faults tolerated (n = 3f+1); default: chosen by the seed")
+      ->check(CLI::Range(1, 21));
+  app.add_flag_callback("--no-byzantine", [&o] { o.base.byzantine = false; }, "never choose Byzantine replicas");
+  app.add_option("--scenario", o.base.scenario, "a scenario or Byzantine strategy (listed below); default random");
+  app.add_option("--service", o.base.service, "counter or null; default: chosen by the seed");
+  app.add_option("--cs", o.base.speculation,
+                 "PBFT-CS: 1 forces early replies, the shim and speculating clients; 0 forbids the shim and "
+                 "speculating clients")
+      ->check(CLI::Range(0, 1));
+  app.footer(scenario_list());
+}
+
+// Parses the command line into `o`: -1 to go on, else the exit status (0 after --help, 2 on a usage error).
+int parse_options(int argc, char** argv, Options& o, bool& one) {
+  // Seeds are independent processes: by default one per online CPU.
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  o.jobs = cpus > 0 ? static_cast<std::uint64_t>(cpus) : 1;
+  CLI::App app("bftfs-sim: the seeded whole-cluster simulator", "bftfs-sim");
+  declare_options(app, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int status = app.exit(e);
+    return status == 0 ? 0 : 2;
+  }
+  one = app.count("--seed") > 0;
+  if (const std::string error = bftfs::sim::check_config(o.base); !error.empty()) {
+    std::fprintf(stderr, "bftfs-sim: %s\n%s\nRun with --help for more information.\n", error.c_str(),
+                 scenario_list().c_str());
+    return 2;
+  }
+  return -1;
+}
+
+void print_fingerprint(const SimResult& r) {
+  std::printf("seed %llu fingerprint %016llx %s\n", static_cast<unsigned long long>(r.seed),
+              static_cast<unsigned long long>(r.stats.fingerprint), r.passed ? "PASS" : "FAIL");
+}
+
+int run_one(const Options& o) {
+  const SimResult r = bftfs::sim::run_simulation(o.base);
+  std::printf("seed %llu: %s\n  scenario: %s\n", static_cast<unsigned long long>(r.seed),
+              r.passed ? "PASS" : "FAIL", r.scenario.c_str());
+  print_stats(r.stats, "  ");
+  if (!r.passed) std::printf("%s", r.failure.c_str());
+  if (o.fingerprints) print_fingerprint(r);
+  return r.passed ? 0 : 1;
+}
+
+// The runs of a sweep: the regression seeds, or --seeds from --start.
+int sweep_configs(const Options& o, std::vector<SimConfig>& configs) {
+  if (o.regressions) {
+    if (const std::string error = bftfs::sim::read_regression_seeds(bftfs::sim::regression_seeds_path(), configs);
+        !error.empty()) {
+      std::fprintf(stderr, "bftfs-sim: %s\n", error.c_str());
+      return 2;
+    }
+    return -1;
+  }
+  for (std::uint64_t s = o.start; s < o.start + o.seeds; ++s) {
+    SimConfig c = o.base;
+    c.seed = s;
+    configs.push_back(c);
+  }
+  return -1;
+}
+
+int run_sweep(const Options& o) {
+  std::vector<SimConfig> configs;
+  if (const int status = sweep_configs(o, configs); status >= 0) return status;
+  Totals totals;
+  std::vector<std::uint64_t> failed;
+  std::size_t finished = 0;
+  const std::size_t total = configs.size();
+  auto done = [&](const SimResult& r) {
+    ++finished;
+    totals.add(r.stats);
+    if (!r.passed) {
+      failed.push_back(r.seed);
+      std::printf("%s\n", r.failure.c_str());
+    }
+    if (finished % 25 == 0 || finished == total) {
+      std::printf("[%zu/%zu] %zu failed\n", finished, total, failed.size());
+    }
+    std::fflush(stdout);
+  };
+  const std::vector<SimResult> results = bftfs::sim::run_many(configs, static_cast<unsigned>(o.jobs), done);
+
+  std::printf("\nsummary: %zu seeds, %zu passed, %zu failed\n", total, total - failed.size(), failed.size());
+  if (!failed.empty()) {
+    std::sort(failed.begin(), failed.end());
+    std::printf("failing seeds:");
+    for (auto s : failed) std::printf(" %llu", static_cast<unsigned long long>(s));
+    std::printf("\n");
+  }
+  print_stats(totals.sum, "  ");
+  print_coverage(totals);
+  if (o.fingerprints) {
+    for (const SimResult& r : results) print_fingerprint(r);
+  }
   return failed.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  bool one = false;
+  if (const int status = parse_options(argc, argv, o, one); status >= 0) return status;
+  return one ? run_one(o) : run_sweep(o);
 }

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "common/assert.h"
@@ -214,6 +215,24 @@ bool parse_regression_line(const std::string& line, SimConfig& out, bool& empty,
   }
   out = c;
   return true;
+}
+
+std::string read_regression_seeds(const std::string& path, std::vector<SimConfig>& out) {
+  std::ifstream in(path);
+  if (!in) return path + ": cannot read";
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    SimConfig c;
+    bool empty = false;
+    std::string error;
+    if (!parse_regression_line(line, c, empty, error)) return path + ":" + std::to_string(lineno) + ": " + error;
+    if (empty) continue;
+    if (std::string bad = check_config(c); !bad.empty()) return path + ":" + std::to_string(lineno) + ": " + bad;
+    out.push_back(c);
+  }
+  return "";
 }
 
 std::string regression_seeds_path() { return std::string(BFTFS_SOURCE_DIR) + "/sim/regression-seeds.txt"; }

@@ -3,7 +3,7 @@
 //
 // One run builds n = 3f+1 real Replica cores (each over a CounterService or NullService wrapped in a
 // RecordingService, with an in-memory SnapshotStore and a durable record list that survive crashes) and m
-// real Client cores, and drives them with logical ticks. PBFT-CS seeds (Wester et al., NSDI'09 §3) run the
+// real Client cores on the cluster driver (sim/cluster.h), and drives them with logical ticks. PBFT-CS seeds (Wester et al., NSDI'09 §3) run the
 // counter behind shim::Shim on every replica, with primaries that execute early (ReplicaOptions::early_replies)
 // and clients built on the speculation library (relay/spec_client.h): speculating counter clients that chain
 // increments on first replies, and plain clients over the shim; a Byzantine primary may lie in its early

@@ -1,0 +1,105 @@
+// The service stacks the simulated replicas run (ServiceStack, sim/cluster.h), and the ready-made stacks the
+// unit tests use.
+//
+// A seed's replicas run
+//   Replica -> RecordingService [-> PredicateStripper] [-> shim::Shim -> ExecutionProbe] -> CounterService | NullService
+// (the parts in brackets in PBFT-CS seeds; the stripper only with SimConfig::sabotage_predicates, on correct
+// replicas). RecordingService hands the checker what became final (sim/recording_service.h). A new service for
+// the simulator is one more inner service here, with what its checker needs to read from it.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "protocol/service.h"
+#include "services/counter_service.h"
+#include "shim/shim.h"
+#include "sim/cluster.h"
+#include "sim/recording_service.h"
+
+namespace bftfs::sim {
+
+// The service a seed's replicas run. A new one is a kind here, its place in SimStack, its choice in
+// sim/scenario.cc, its clients in sim/clients.cc and what its checker is fed from them.
+enum class ServiceKind { kCounter, kNull };
+const char* to_string(ServiceKind k);
+
+// SimConfig::sabotage_predicates: a Service decorator that drops the dependencies of every predicated request
+// before the shim below it decides, as a replica that ignored predicates would. Every other call forwards.
+class PredicateStripper final : public Service {
+ public:
+  // `inner` must outlive this object.
+  explicit PredicateStripper(Service& inner) : inner_(inner) {}
+  Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) override;
+  bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override;
+  void commit_through(std::uint64_t seq) override;
+  void rollback_to(std::uint64_t seq) override;
+  CheckpointId checkpoint(std::uint64_t seq) override;
+  void discard_checkpoints_below(std::uint64_t seq) override;
+  CheckpointId recovered_checkpoint() const override;
+  std::uint64_t partition_count() const override;
+  const PartitionTree& checkpoint_tree(std::uint64_t seq) const override;
+  Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override;
+  void begin_install(std::uint64_t target_seq) override;
+  void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
+  CheckpointId finish_install(std::uint64_t target_seq) override;
+
+ private:
+  Service& inner_;
+};
+
+// What the simulator needs to build one replica's stack.
+struct SimStackOptions {
+  ServiceKind service = ServiceKind::kCounter;
+  bool shim = false;    // PBFT-CS: the shim (with `shim_options`) over a probe over the service
+  shim::ShimOptions shim_options;
+  bool strip_predicates = false;  // a PredicateStripper over the shim (needs `shim`)
+};
+
+// One simulated replica's services. Members are declared from the bottom of the stack up, so that each is
+// destroyed before what it refers to.
+class SimStack final : public ServiceStack {
+ public:
+  // Builds the stack over `store` (services recover from it at a restart).
+  SimStack(const SimStackOptions& options, MemorySnapshotStore& store);
+  Service& top() override { return *recording; }
+
+  std::unique_ptr<Service> service;       // CounterService or NullService
+  CounterService* counter = nullptr;      // `service` when it is the counter
+  std::unique_ptr<ExecutionProbe> probe;  // PBFT-CS: between the shim and the service
+  std::unique_ptr<shim::Shim> shim;       // PBFT-CS: the shim over the probe
+  std::unique_ptr<PredicateStripper> stripper;
+  std::unique_ptr<RecordingService> recording;
+};
+
+// A stack of one service of type S, built by `make(store)`.
+template <typename S>
+class PlainStack final : public ServiceStack {
+ public:
+  explicit PlainStack(std::unique_ptr<S> s) : service(std::move(s)) {}
+  Service& top() override { return *service; }
+  std::unique_ptr<S> service;
+};
+
+// An inner service of type S under the PBFT-CS shim (whose logs live in the same store).
+template <typename S>
+class ShimStack final : public ServiceStack {
+ public:
+  ShimStack(std::unique_ptr<S> s, MemorySnapshotStore& store)
+      : inner(std::move(s)), shim(std::make_unique<shim::Shim>(*inner, &store)) {}
+  Service& top() override { return *shim; }
+  std::unique_ptr<S> inner;
+  std::unique_ptr<shim::Shim> shim;
+};
+
+// Factories of those stacks, from a function that builds the service over the replica's store.
+template <typename S>
+ServiceFactory plain_stack(std::function<std::unique_ptr<S>(SnapshotStore*)> make) {
+  return [make](NodeId, MemorySnapshotStore& store) { return std::make_unique<PlainStack<S>>(make(&store)); };
+}
+template <typename S>
+ServiceFactory shim_stack(std::function<std::unique_ptr<S>(SnapshotStore*)> make) {
+  return [make](NodeId, MemorySnapshotStore& store) { return std::make_unique<ShimStack<S>>(make(&store), store); };
+}
+
+}  // namespace bftfs::sim
