@@ -6,7 +6,7 @@
 
 Starts a cluster with the one user command (`bftfs cluster start --service fs`: 4 durable replicas with the shim
 and a relay on DIR/relay.sock) and `bftfs mount --relay`. Each round runs the writer of
-tests/integration/fs_durability_workload.py (appends with fsync after each record to three files, one of them
+harness/durability.py (appends with fsync after each record to three files, one of them
 O_APPEND; rename-into-place after fsync; new files with an fsync of the directory), logging outside the mount
 each operation whose fsync returned, and then:
   replicas rounds   every replica gets SIGKILL at once (pids from DIR/r<i>.pid), at a different moment each
@@ -41,11 +41,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
+sys.path.insert(0, str(HERE.parent))
 
 import common  # noqa: E402
 from common import progress, wait_until  # noqa: E402
-from fs_durability_workload import run_round, run_total_crash_round  # noqa: E402
+from harness.durability import run_round, run_total_crash_round  # noqa: E402
 
 N = 4  # f = 1
 
