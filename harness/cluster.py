@@ -59,6 +59,7 @@ class Cluster:
         self.client_ids: list[int] = []
         self.addresses: list[tuple[str, int]] = []
         self._next_client = 0
+        self._norep_beside = False
         self._expected_errors: list[re.Pattern] = []
 
     @property
@@ -194,20 +195,25 @@ class Cluster:
     # ---- NO-REP ----
     @property
     def norep_address(self) -> str:
-        """Where start_norep() listens: the first host, on the port after the replicas' (allocated with them),
-        so NO-REP can run while the replicas do."""
-        host = self.hosts[0]
-        return f"[{host}]:{self.base_port + self.n}" if ":" in host else f"{host}:{self.base_port + self.n}"
+        """Where the NO-REP server listens (start_norep): replica 0's address, or beside the replicas the port
+        after theirs (allocated with them)."""
+        host, port = self.addresses[0] if not self._norep_beside else (self.hosts[0], self.base_port + self.n)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def start_norep(self, extra_args: Sequence[str] = (), prefix: Sequence[str] = (), service: str | None = None,
-                    wait: bool = True) -> Daemon:
+                    wait: bool = True, beside_replicas: bool = False) -> Daemon:
         """Starts the unreplicated server (`bftfs norep`, after `prefix`, e.g. taskset) with this cluster's
-        configuration on norep_address; counter(norep=True) talks to it there. An earlier one is killed."""
+        configuration; counter(norep=True) talks to it at norep_address. It listens on replica 0's address (its
+        default: free while the replicas are stopped), or with `beside_replicas` on the port after the
+        replicas', so it can run while they do. (Not on that port always: no one listened there before, so a
+        recent client connection may hold it in TIME_WAIT and the bind fail.) An earlier server is killed."""
         if self.norep is not None:
             self.norep.kill()
+        self._norep_beside = beside_replicas
         data = self._path("norep")
+        listen = ["--listen", self.norep_address] if beside_replicas else []
         self.norep = Daemon("norep", [self.bftfs, "norep", "--config", self.config, "--data", data,
-                                      "--service", service or self.service, "--listen", self.norep_address,
+                                      "--service", service or self.service, *listen,
                                       *(["--log-level", self.log_level] if self.log_level else []), *extra_args],
                             self._path("norep", ".log"), data, prefix=prefix)
         self.norep.start()
