@@ -26,7 +26,8 @@ from harness.waiting import wait_until
 
 class Cluster:
     """n = 3f+1 replicas of `service` (and on request a NO-REP server) on `hosts` (replica i on
-    hosts[i % len]), ports from `base_port` (allocated when None: n + 1, the last one NO-REP's).
+    hosts[i % len]), ports from `base_port` (allocated when None: n + 1, the last one for a NO-REP server
+    beside the replicas).
 
     `replica_prefix(i)` is put before replica i's command line (e.g. `ip netns exec`); `replica_args` follow the
     fixed ones, `log_level` (None: the daemons' default) goes to every daemon. Without `root` the cluster lives
