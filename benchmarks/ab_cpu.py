@@ -47,11 +47,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the harness package
 
-import common  # noqa: E402
-from bench_fs import (bftfs_pids, build_env, lua_source, mount_daemon_pids,  # noqa: E402
-                      process_cpu_s, run_cmd)
+from harness.andrew import build_env, lua_source  # noqa: E402
+from harness.cli_cluster import CliCluster  # noqa: E402
+from harness.mount import Mount  # noqa: E402
+from harness.procs import bftfs_pids, process_cpu_s  # noqa: E402
+from harness.procs import run_checked as run_cmd  # noqa: E402
 
 
 def parse_config(text: str) -> tuple[str, Path, list[str]]:
@@ -74,26 +76,24 @@ def daemons_cpu_s(pids: list[int]) -> float:
     return sum(process_cpu_s(p) for p in pids)
 
 
-class Cluster:
+class Cluster(CliCluster):
+    """One configuration's cluster, made afresh by start() in root/cluster (`bftfs cluster start` with this
+    binary, fixed port, --clients, --log-level warn and the configuration's cluster arguments)."""
+
     def __init__(self, binary: Path, args: list[str], root: Path, service: str, port: int,
                  clients: int = 64) -> None:
+        cluster_args, self.client_args = split_client_args(args)
+        super().__init__(binary, root / "cluster", service=service, norep="--norep" in cluster_args,
+                         base_port=port, args=["--clients", clients, "--log-level", "warn",
+                                               *[a for a in cluster_args if a != "--norep"]])
         self.binary = binary
-        self.clients = clients
-        self.args, self.client_args = split_client_args(args)
-        self.dir = root / "cluster"
-        self.service = service
-        self.port = port
-        self.norep = "--norep" in args
 
     def start(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
-        run_cmd([self.binary, "cluster", "start", "--dir", self.dir, "--base-port", self.port, "--service",
-                 self.service, "--clients", self.clients, "--log-level", "warn", *self.args], 120, "cluster start")
+        super().start(120)
 
     def stop(self) -> None:
-        if (self.dir / "cluster.conf").exists():
-            subprocess.run([str(self.binary), "cluster", "stop", "--dir", str(self.dir)], capture_output=True,
-                           timeout=120)
+        super().stop(120)
 
     def pids(self) -> list[int]:
         return bftfs_pids([str(self.dir)])
@@ -155,10 +155,9 @@ def counter_workload(cl: Cluster, args: argparse.Namespace) -> dict:
 
 
 def fs_workload(cl: Cluster, args: argparse.Namespace, mnt: Path, tree) -> dict:
-    run_cmd([cl.binary, "mount", "--relay", cl.dir / "relay.sock", mnt, "--log", cl.dir / "mount.log"], 60, "mount")
+    mount = Mount(cl.binary, mnt, cl.dir / "mount.log", ["--relay", cl.relay_sock]).start(timeout_s=30)
     try:
-        common.wait_until(lambda: os.path.ismount(mnt), 30, f"{mnt} mounted")
-        roles = {**cl.roles(), "mount": mount_daemon_pids(mnt)}
+        roles = {**cl.roles(), "mount": [mount.pid]}
         pids = [p for ps in roles.values() for p in ps]
         ops0 = cl.ops_completed()
         r0 = {k: daemons_cpu_s(v) for k, v in roles.items()}
@@ -191,8 +190,7 @@ def fs_workload(cl: Cluster, args: argparse.Namespace, mnt: Path, tree) -> dict:
         for k, v in roles.items():
             phases[f"cpu_{k}_s"] = daemons_cpu_s(v) - r0[k]
     finally:
-        subprocess.run([str(cl.binary), "umount", str(mnt)], capture_output=True, timeout=60)
-        common.wait_until(lambda: not os.path.ismount(mnt), 30, f"{mnt} unmounted")
+        mount.stop()
     time.sleep(1.2)  # status.json is rewritten every second
     ops = cl.ops_completed() - ops0
     return {"cpu_s": cpu, "client_cpu_s": 0.0, "ops": ops, "wall_s": wall, "retransmissions": cl.relay_retransmissions(),

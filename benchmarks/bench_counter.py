@@ -42,10 +42,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the harness package
 
-import common  # noqa: E402
-from common import LocalCluster, progress  # noqa: E402
+import reporting  # noqa: E402
+from harness.binaries import bftfs_binary  # noqa: E402
+from harness.cluster import Cluster  # noqa: E402
+from harness.log import progress  # noqa: E402
+from harness.procs import exit_cleanly_on_sigterm  # noqa: E402
 
 SYSTEMS = ("norep", "norep_durable", "pbft", "pbft_nobatch", "pbft_nofsync")
 REPLICA_ARGS = {"pbft": [], "pbft_nobatch": ["--no-batching"], "pbft_nofsync": ["--no-fsync"]}
@@ -55,7 +58,7 @@ def plan() -> dict:
     # Every measurement is repeated `repeats` times (rounds interleave the client counts, so a disturbance
     # such as another process's disk burst spreads over the points instead of spoiling one); the median is
     # reported and every sample is kept. On a shared 2-core machine single runs vary by 2x.
-    if common.quick_mode():
+    if reporting.quick_mode():
         return {"sequential_requests": 200, "clients": [1, 8, 32], "duration_s": 2.0, "warmup_s": 0.5,
                 "repeats": 1}
     return {"sequential_requests": 2000, "clients": [1, 2, 4, 8, 16, 32], "duration_s": 3.0, "warmup_s": 0.5,
@@ -68,7 +71,7 @@ def median_run(runs: list[dict], key: str) -> dict:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def measure_round(cluster: LocalCluster, system: str, p: dict, norep_args: list[str], rnd: int) -> dict:
+def measure_round(cluster: Cluster, system: str, p: dict, norep_args: list[str], rnd: int) -> dict:
     """Starts `system` fresh and runs one round: one sequential run and one closed-loop run per client count."""
     cluster.fresh_data(f"{system}-round{rnd + 1}")
     norep = system.startswith("norep")
@@ -80,15 +83,15 @@ def measure_round(cluster: LocalCluster, system: str, p: dict, norep_args: list[
         cluster.start_replicas(REPLICA_ARGS[system])
     try:
         # One short run first so the measured runs do not include the servers' first-connection setup.
-        cluster.counter(["--requests", 20, "--warmup", 0], norep=norep, timeout_s=60)
+        cluster.counter_fresh(["--requests", 20, "--warmup", 0], norep=norep, timeout_s=60)
         n = p["sequential_requests"]
-        seq = cluster.counter(["--requests", n, "--warmup", 10, "--timeout-s", 20], norep=norep,
+        seq = cluster.counter_fresh(["--requests", n, "--warmup", 10, "--timeout-s", 20], norep=norep,
                               timeout_s=120 + n * 0.05)
         progress(f"{system}: sequential {n} increments: {seq['total_ms']:.1f} ms, p50 {seq['p50_us']:.1f} us, "
                  f"p99 {seq['p99_us']:.1f} us (round {rnd + 1}/{p['repeats']})")
         loops: dict[str, dict] = {}
         for k in p["clients"]:
-            r = cluster.counter(["--clients", k, "--duration-s", p["duration_s"], "--warmup-s",
+            r = cluster.counter_fresh(["--clients", k, "--duration-s", p["duration_s"], "--warmup-s",
                                  p["warmup_s"], "--timeout-s", 20], clients=k, norep=norep,
                                 timeout_s=60 + p["duration_s"] + p["warmup_s"])
             loops[str(k)] = r
@@ -131,7 +134,7 @@ def summarize(rounds: list[dict], p: dict) -> dict:
     }
 
 
-def norep_placement(cluster: LocalCluster, p: dict, norep_args: list[str]) -> dict | None:
+def norep_placement(cluster: Cluster, p: dict, norep_args: list[str]) -> dict | None:
     """NO-REP's sequential latency with the server and the client pinned (taskset) to the same CPU and to
     different CPUs. On this kind of VM a wake-up across CPUs costs tens of microseconds, so NO-REP's unpinned
     latency is bimodal (about 11 us or about 60 us per increment, whichever placement the scheduler picks); this
@@ -145,7 +148,7 @@ def norep_placement(cluster: LocalCluster, p: dict, norep_args: list[str]) -> di
         n = p["sequential_requests"]
         out = {}
         for name, cpu in (("same_cpu", "0"), ("other_cpu", "1")):
-            runs = [cluster.counter(["--requests", n, "--warmup", 10], norep=True, timeout_s=120,
+            runs = [cluster.counter_fresh(["--requests", n, "--warmup", 10], norep=True, timeout_s=120,
                                     prefix=["taskset", "-c", cpu]) for _ in range(p["repeats"])]
             med = median_run(runs, "total_ms")
             out[name] = {"seq_ms": round(med["total_ms"], 3), "latency_us_p50": med["p50_us"],
@@ -156,7 +159,7 @@ def norep_placement(cluster: LocalCluster, p: dict, norep_args: list[str]) -> di
         cluster.stop_norep()
 
 
-def wal_stats(cluster: LocalCluster) -> dict:
+def wal_stats(cluster: Cluster) -> dict:
     """The replicas' write-ahead-log sync statistics over the whole run (status.json "log" object; refreshed
     about every 500 ms, so the last few hundred ms may be missing): what each fdatasync cost on this disk."""
     syncs, avg, mx = [], [], []
@@ -247,20 +250,20 @@ def plot(results: dict, out_dir: Path) -> list[Path]:
 
 
 def main() -> int:
-    common.exit_cleanly_on_sigterm()
-    bftfs = common.bftfs_binary()
+    exit_cleanly_on_sigterm()
+    bftfs = bftfs_binary()
     p = plan()
-    load_start = common.load_average()
-    before = common.machine_busy_before()
+    load_start = reporting.load_average()
+    before = reporting.machine_busy_before()
     norep_args = ["--durable"] if os.environ.get("BENCH_NOREP_DURABLE") == "1" else []
-    progress(f"bench_counter: {'QUICK ' if common.quick_mode() else ''}plan {p}; before start: {before}")
+    progress(f"bench_counter: {'QUICK ' if reporting.quick_mode() else ''}plan {p}; before start: {before}")
     results: dict = {}
     started = time.monotonic()
     max_clients = max(p["clients"])
-    # Enough client identities that no measured run reuses one (see LocalCluster.take_clients).
+    # Enough client identities that no measured run reuses one (see Cluster.take_clients).
     pool = 1 + p["repeats"] * (1 + sum(p["clients"])) + 2 * p["repeats"] + 2
-    with LocalCluster(bftfs, f=1, clients=pool * len(SYSTEMS) + max_clients,
-                      keep=common.keep_scratch()) as cluster:
+    with Cluster(bftfs, f=1, clients=pool * len(SYSTEMS) + max_clients, log_level="warn",
+                 keep=reporting.keep_scratch()) as cluster:
         # Rounds interleave the systems (norep, norep_durable, pbft, ... then again), so that a slow spell of
         # this shared machine hits every system alike instead of spoiling one system's every sample.
         rounds: dict[str, list[dict]] = {system: [] for system in SYSTEMS}
@@ -271,7 +274,7 @@ def main() -> int:
             results[system] = summarize(rounds[system], p)
         results["norep_placement"] = norep_placement(cluster, p, norep_args)
     results["ratios"] = ratios(results)
-    results["meta"] = common.run_metadata(
+    results["meta"] = reporting.run_metadata(
         loadavg_1_5_15_start=load_start, machine_before_start=before,
         wall_time_s=round(time.monotonic() - started, 1),
         sequential_requests=p["sequential_requests"],
@@ -298,8 +301,8 @@ def main() -> int:
         note=("seq2000_ms is the total time of the sequential run whatever its length "
               "(meta.sequential_requests); throughput keys are closed-loop client counts"),
     )
-    out_dir = common.RESULTS_DIR
-    common.write_json(out_dir / "counter.json", results)
+    out_dir = reporting.RESULTS_DIR
+    reporting.write_json(out_dir / "counter.json", results)
     written = plot(results, out_dir)
     progress(f"wrote {out_dir / 'counter.json'} and {', '.join(str(w) for w in written)}")
     r = results["ratios"]

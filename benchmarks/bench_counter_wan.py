@@ -51,10 +51,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the harness package
 
-import common  # noqa: E402
-from common import LocalCluster, progress  # noqa: E402
+import reporting  # noqa: E402
+from harness.binaries import bftfs_binary  # noqa: E402
+from harness.cluster import Cluster, wan_args  # noqa: E402
+from harness.counter import run_counter  # noqa: E402
+from harness.log import progress  # noqa: E402
+from harness.procs import exit_cleanly_on_sigterm  # noqa: E402
 
 TOPOLOGIES = ("lan", "primary_local", "primary_remote", "uniform")
 SYSTEMS = ("norep", "pbft", "pbftcs", "pbftcs4")
@@ -68,29 +72,20 @@ WAN_REPLICA_ARGS = ["--batch-window", "4"]
 
 
 def plan() -> dict:
-    if common.quick_mode():
+    if reporting.quick_mode():
         return {"requests": 200, "delays": [2.5, 15.0], "clients": [1, 8, 32], "duration_s": 2.0,
                 "warmup_s": 0.5, "fault_delays": [0.0, 2.5, 15.0], "rounds": 1}
     return {"requests": 2000, "delays": [2.5, 15.0], "clients": [1, 2, 4, 8, 16, 32], "duration_s": 3.0,
             "warmup_s": 0.5, "fault_delays": [0.0, 2.5, 15.0], "rounds": 3}
 
 
-def wan_args(delay_ms: float, sites: dict[int, int]) -> list[str]:
-    """The WAN options every process of one run gets (the same spec everywhere)."""
-    if delay_ms <= 0:
-        return []
-    args = ["--wan-delay-ms", f"{delay_ms:g}"]
-    if sites:
-        args += ["--wan-site", ",".join(f"{node}={site}" for node, site in sorted(sites.items()))]
-    return args
-
-
-def sequential(cluster: LocalCluster, system: str, topology: str, delay_ms: float, p: dict,
+def sequential(cluster: Cluster, system: str, topology: str, delay_ms: float, p: dict,
                replica_extra: list[str] | None = None, client_extra: list[str] | None = None) -> dict:
     """Starts `system` fresh in the topology, runs one warm-up and one sequential measurement, stops it."""
     n = p["requests"]
+    norep = system == "norep"
     warm, measured = cluster.take_clients(1), cluster.take_clients(1)
-    if system == "norep":
+    if norep:
         at_site = topology in CLIENT_SITE
         sites = {warm: 0, measured: 0} if at_site else {}
         wan = wan_args(0.0 if at_site else delay_ms, sites)
@@ -99,23 +94,24 @@ def sequential(cluster: LocalCluster, system: str, topology: str, delay_ms: floa
         sites = {} if site is None else {warm: site, measured: site}
         wan = wan_args(delay_ms, sites)
     cluster.fresh_data(f"{system}-{topology}-{delay_ms:g}-{len(replica_extra or [])}")
-    if system == "norep":
+    if norep:
         cluster.start_norep(wan)
     else:
         extra = PBFTCS_REPLICA_ARGS if system.startswith("pbftcs") else []
         if delay_ms > 0:
             extra = extra + WAN_REPLICA_ARGS
         cluster.start_replicas(extra + list(replica_extra or []) + wan)
-    client = {"norep": ["--norep"], "pbft": [], "pbftcs": ["--spec", "--spec-window", 64],
+    client = {"norep": [], "pbft": [], "pbftcs": ["--spec", "--spec-window", 64],
               "pbftcs4": ["--spec", "--spec-window", 4]}[system] + list(client_extra or [])
     # Each request costs a few delays; allow plenty before the client's own no-progress watchdog fires.
     timeout = 60 + n * (6 * delay_ms / 1000 + 0.05)
     try:
-        common.run_counter(cluster.counter_argv(warm, client + ["--requests", 10, "--warmup", 0] + wan), timeout)
-        r = common.run_counter(cluster.counter_argv(measured, client + ["--requests", n, "--warmup", 10,
-                                                                        "--timeout-s", 30] + wan), timeout)
+        run_counter(cluster.counter_argv(warm, norep=norep, extra=client + ["--requests", 10, "--warmup", 0] + wan),
+                    timeout)
+        r = run_counter(cluster.counter_argv(measured, norep=norep, extra=client + [
+            "--requests", n, "--warmup", 10, "--timeout-s", 30] + wan), timeout)
     finally:
-        if system == "norep":
+        if norep:
             cluster.stop_norep()
         else:
             cluster.stop_replicas()
@@ -132,21 +128,21 @@ def throughput(bftfs: Path, p: dict) -> dict:
     by side: both clusters are up, and their runs alternate point by point and round by round."""
     client = {"pbft": [], "pbftcs": ["--spec", "--spec-window", 4]}
     samples: dict = {s: {str(k): [] for k in p["clients"]} for s in client}
-    with LocalCluster(bftfs, f=1, clients=512, keep=common.keep_scratch()) as cp, \
-            LocalCluster(bftfs, f=1, clients=512, keep=common.keep_scratch()) as cc:
+    with Cluster(bftfs, f=1, clients=512, log_level="warn", keep=reporting.keep_scratch()) as cp, \
+            Cluster(bftfs, f=1, clients=512, log_level="warn", keep=reporting.keep_scratch()) as cc:
         clusters = {"pbft": cp, "pbftcs": cc}
         cp.fresh_data("pbft-throughput")
         cp.start_replicas([])
         cc.fresh_data("pbftcs-throughput")
         cc.start_replicas(PBFTCS_REPLICA_ARGS)
         for system, cluster in clusters.items():
-            cluster.counter(client[system] + ["--requests", 20, "--warmup", 0], timeout_s=60)
+            cluster.counter_fresh(client[system] + ["--requests", 20, "--warmup", 0], timeout_s=60)
         for rnd in range(p["rounds"]):
             for k in p["clients"]:
                 for system, cluster in clusters.items():
-                    r = cluster.counter(client[system] + ["--clients", k, "--duration-s", p["duration_s"],
-                                                          "--warmup-s", p["warmup_s"], "--timeout-s", 20],
-                                        clients=k, timeout_s=90 + p["duration_s"])
+                    r = cluster.counter_fresh(client[system] + ["--clients", k, "--duration-s", p["duration_s"],
+                                                                "--warmup-s", p["warmup_s"], "--timeout-s", 20],
+                                              clients=k, timeout_s=90 + p["duration_s"])
                     samples[system][str(k)].append(round(r["ops_per_s"], 1))
                     progress(f"{system}: {k:2d} clients: {r['ops_per_s']:8.0f} ops/s (p50 {r['p50_us']:.0f} us; "
                              f"round {rnd + 1}/{p['rounds']})")
@@ -157,7 +153,7 @@ def throughput(bftfs: Path, p: dict) -> dict:
     return out
 
 
-def faulty_runs(cluster: LocalCluster, by: dict, p: dict) -> dict:
+def faulty_runs(cluster: Cluster, by: dict, p: dict) -> dict:
     """PBFT-CS with a primary lying in 1% of its early replies, always speculating and with the §3.4 rule."""
     faulty = {}
     for delay in p["fault_delays"]:
@@ -257,19 +253,19 @@ def plot(results: dict, out_dir: Path) -> list[Path]:
 
 
 def main() -> int:
-    common.exit_cleanly_on_sigterm()
-    bftfs = common.bftfs_binary()
+    exit_cleanly_on_sigterm()
+    bftfs = bftfs_binary()
     p = plan()
     parts = set((os.environ.get("BENCH_PARTS") or "sequential,throughput,faulty").split(","))
     unknown = parts - {"sequential", "throughput", "faulty"}
     if unknown:
         raise SystemExit(f"BENCH_PARTS: unknown parts {sorted(unknown)}")
     previous: dict = {}
-    out_path = common.RESULTS_DIR / "counter-wan.json"
+    out_path = reporting.RESULTS_DIR / "counter-wan.json"
     if parts != {"sequential", "throughput", "faulty"}:
         previous = json.loads(out_path.read_text())
-    before = common.machine_busy_before()
-    progress(f"bench_counter_wan: {'QUICK ' if common.quick_mode() else ''}plan {p}; parts {sorted(parts)}; "
+    before = reporting.machine_busy_before()
+    progress(f"bench_counter_wan: {'QUICK ' if reporting.quick_mode() else ''}plan {p}; parts {sorted(parts)}; "
              f"before start: {before}")
     started = time.monotonic()
     points: list[dict] = previous.get("points", [])
@@ -279,7 +275,7 @@ def main() -> int:
     faulty = previous.get("faulty", {})
     if "throughput" in parts:
         tput = throughput(bftfs, p)
-    with LocalCluster(bftfs, f=1, clients=512, keep=common.keep_scratch()) as cluster:
+    with Cluster(bftfs, f=1, clients=512, log_level="warn", keep=reporting.keep_scratch()) as cluster:
         if "sequential" in parts:
             points, by = [], {t: {} for t in TOPOLOGIES}
             for topology, delay in configs:
@@ -305,7 +301,7 @@ def main() -> int:
             "pbftcs": {d: v["seq2000_ms_faulty_1pct_distrust_rule"] for d, v in faulty.items()}},
     }
     results["targets"] = targets(by, tput)
-    results["meta"] = common.run_metadata(
+    results["meta"] = reporting.run_metadata(
         machine_before_start=before, wall_time_s=round(time.monotonic() - started, 1), requests=p["requests"],
         delays_ms=p["delays"], closed_loop_clients=p["clients"], closed_loop_duration_s=p["duration_s"],
         replicas=4, f=1, transport="TCP on 127.0.0.1 with user-space one-way delays per link",
@@ -315,8 +311,8 @@ def main() -> int:
     if previous:
         # The parts not re-measured come from this earlier run.
         results["meta"]["earlier_run"] = previous.get("meta", {}).get("earlier_run", previous.get("meta"))
-    out_dir = common.RESULTS_DIR
-    common.write_json(out_dir / "counter-wan.json", results)
+    out_dir = reporting.RESULTS_DIR
+    reporting.write_json(out_dir / "counter-wan.json", results)
     written = plot(results, out_dir)
     progress(f"wrote {out_dir / 'counter-wan.json'} and {', '.join(str(w) for w in written)}")
     print(f"targets: {results['targets']}")

@@ -43,10 +43,14 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the harness package
 
-import common  # noqa: E402
-from common import LocalCluster, progress  # noqa: E402
+import reporting  # noqa: E402
+from harness.binaries import bftfs_binary  # noqa: E402
+from harness.cluster import Cluster  # noqa: E402
+from harness.counter import counter_help  # noqa: E402
+from harness.log import progress  # noqa: E402
+from harness.procs import exit_cleanly_on_sigterm  # noqa: E402
 
 LOAD_CLIENTS = 8
 TIMELINE_MS = 50
@@ -61,7 +65,7 @@ _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z\s+(\w+)\s+r(\d+
 
 
 def plan() -> dict:
-    if common.quick_mode():
+    if reporting.quick_mode():
         return {"pre_s": 2.0, "post_s": 5.0, "crash_repeats": 1, "backup_down_clients": [8],
                 "sequential_requests": 200, "closed_loop_s": 2.0, "steady_repeats": 1}
     return {"pre_s": 3.0, "post_s": 8.0, "crash_repeats": 3, "backup_down_clients": [1, 8, 32],
@@ -76,11 +80,11 @@ class LoadRun:
     """One closed-loop `bftfs counter --clients K` process, its stderr progress lines timestamped on arrival,
     and (when the CLI supports it) its own per-window timeline."""
 
-    def __init__(self, cluster: LocalCluster, clients: int, duration_s: float, use_timeline: bool) -> None:
+    def __init__(self, cluster: Cluster, clients: int, duration_s: float, use_timeline: bool) -> None:
         args = ["--clients", clients, "--duration-s", duration_s, "--warmup-s", WARMUP_S, "--timeout-s", 60]
         if use_timeline:
             args += ["--timeline-ms", TIMELINE_MS]
-        self.argv = cluster.counter_argv(cluster.take_clients(clients), args)
+        self.argv = cluster.counter_argv(cluster.take_clients(clients), extra=args)
         self.use_timeline = use_timeline
         self.progress_lines: list[tuple[int, int]] = []  # (monotonic ns on arrival, cumulative completions)
         self.stderr_tail: list[str] = []
@@ -181,7 +185,7 @@ def analyse(windows: list[tuple[int, int, int]], fault_ns: int, pre_s: float, si
     }
 
 
-def view_change_events(cluster: LocalCluster, since_unix_s: float) -> dict:
+def view_change_events(cluster: Cluster, since_unix_s: float) -> dict:
     """Milliseconds from `since_unix_s` (the fault, wall clock) to the view-change events in the replicas' INFO
     logs (whose timestamps are UTC wall-clock with millisecond resolution): the first view-change timer expiry,
     the first "view change to v<N>", and each replica's first "new view installed". Independent of the client's
@@ -239,7 +243,7 @@ def sleep_until_ns(t_ns: int) -> None:
         time.sleep(min(left, 0.05))
 
 
-def fault_run(cluster: LocalCluster, p: dict, use_timeline: bool, kind: str) -> dict:
+def fault_run(cluster: Cluster, p: dict, use_timeline: bool, kind: str) -> dict:
     """Starts a fresh cluster and the load, injects `kind` ("crash" or "stall") at warm-up + pre_s into the
     primary, and analyses the timeline."""
     cluster.start_replicas(log_level="info")  # INFO: view-change events with timestamps, no per-request lines
@@ -287,16 +291,16 @@ def fault_run(cluster: LocalCluster, p: dict, use_timeline: bool, kind: str) -> 
     return out
 
 
-def steady_measure(cluster: LocalCluster, p: dict, ids: list[int]) -> dict:
+def steady_measure(cluster: Cluster, p: dict, ids: list[int]) -> dict:
     """Sequential latency and closed-loop throughput with replicas `ids` running (the others never started)."""
     cluster.start_replicas(ids=ids)
     try:
-        cluster.counter(["--requests", 20, "--warmup", 0], timeout_s=120)
+        cluster.counter_fresh(["--requests", 20, "--warmup", 0], timeout_s=120)
         n = p["sequential_requests"]
-        seq = cluster.counter(["--requests", n, "--warmup", 10, "--timeout-s", 30], timeout_s=300)
+        seq = cluster.counter_fresh(["--requests", n, "--warmup", 10, "--timeout-s", 30], timeout_s=300)
         tp = {}
         for k in p["backup_down_clients"]:
-            r = cluster.counter(["--clients", k, "--duration-s", p["closed_loop_s"], "--warmup-s", WARMUP_S,
+            r = cluster.counter_fresh(["--clients", k, "--duration-s", p["closed_loop_s"], "--warmup-s", WARMUP_S,
                                  "--timeout-s", 30], clients=k, timeout_s=120)
             tp[str(k)] = {"ops_per_s": round(r["ops_per_s"], 1), "p50_us": r["p50_us"], "p99_us": r["p99_us"],
                           "retransmissions": r.get("retransmissions")}
@@ -369,63 +373,61 @@ def plot(results: dict, out_dir: Path) -> Path:
     return path
 
 
-def main() -> int:
-    common.exit_cleanly_on_sigterm()
-    bftfs = common.bftfs_binary()
-    p = plan()
-    use_timeline = "--timeline-ms" in common.counter_help(bftfs)
-    load_start = common.load_average()
-    before = common.machine_busy_before()
-    progress(f"bench_faults: {'QUICK ' if common.quick_mode() else ''}plan {p}; timeline "
-             f"{'--timeline-ms ' + str(TIMELINE_MS) if use_timeline else 'from 1 s progress lines (no --timeline-ms)'}"
-             f"; before start: {before}")
-    started = time.monotonic()
-    results: dict = {}
-    with LocalCluster(bftfs, f=1, clients=256, keep=common.keep_scratch()) as cluster:
-        crash_runs = []
-        for rep in range(p["crash_repeats"]):
-            cluster.fresh_data(f"crash{rep}")
-            progress(f"primary_crash run {rep + 1}/{p['crash_repeats']}")
-            crash_runs.append(fault_run(cluster, p, use_timeline, "crash"))
-            progress(f"  recovery {crash_runs[-1]['recovery_ms']} ms (pre-fault "
-                     f"{crash_runs[-1]['pre_fault_ops_per_s']} ops/s); view change {crash_runs[-1]['view_change']}")
-        results["primary_crash_recovery_ms"] = median_or_none(r["recovery_ms"] for r in crash_runs)
-        results["primary_crash_runs_not_recovered"] = sum(1 for r in crash_runs if r["recovery_ms"] is None)
-        results["primary_crash_new_view_ms"] = median_or_none(r["view_change"]["new_view_installed_by_quorum_ms"]
-                                                              for r in crash_runs)
-        results["primary_crash"] = {"runs": crash_runs,
-                                    "recovery_ms_each": [r["recovery_ms"] for r in crash_runs]}
+def crash_scenario(cluster: Cluster, p: dict, use_timeline: bool) -> dict:
+    """primary_crash, repeated on fresh data: its runs and the medians over them."""
+    crash_runs = []
+    for rep in range(p["crash_repeats"]):
+        cluster.fresh_data(f"crash{rep}")
+        progress(f"primary_crash run {rep + 1}/{p['crash_repeats']}")
+        crash_runs.append(fault_run(cluster, p, use_timeline, "crash"))
+        progress(f"  recovery {crash_runs[-1]['recovery_ms']} ms (pre-fault "
+                 f"{crash_runs[-1]['pre_fault_ops_per_s']} ops/s); view change {crash_runs[-1]['view_change']}")
+    return {
+        "primary_crash_recovery_ms": median_or_none(r["recovery_ms"] for r in crash_runs),
+        "primary_crash_runs_not_recovered": sum(1 for r in crash_runs if r["recovery_ms"] is None),
+        "primary_crash_new_view_ms": median_or_none(r["view_change"]["new_view_installed_by_quorum_ms"]
+                                                    for r in crash_runs),
+        "primary_crash": {"runs": crash_runs, "recovery_ms_each": [r["recovery_ms"] for r in crash_runs]},
+    }
 
-        cluster.fresh_data("stall")
-        progress("primary_stall")
-        stall = fault_run(cluster, p, use_timeline, "stall")
-        progress(f"  recovery {stall['recovery_ms']} ms after SIGSTOP; view change {stall['view_change']}")
-        results["primary_stall_recovery_ms"] = stall["recovery_ms"]
-        results["primary_stall_new_view_ms"] = stall["view_change"]["new_view_installed_by_quorum_ms"]
-        results["primary_stall"] = {"stall_s": STALL_S, "runs": [stall]}
 
-        # Alternate the two configurations so that a slow phase of the machine hits both alike.
-        up_samples, down_samples = [], []
-        for rep in range(p["steady_repeats"]):
-            cluster.fresh_data(f"allup{rep}")
-            progress(f"all_up: sequential and closed loop (round {rep + 1}/{p['steady_repeats']})")
-            up_samples.append(steady_measure(cluster, p, [0, 1, 2, 3]))
-            cluster.fresh_data(f"backupdown{rep}")
-            progress(f"backup_down, replica 3 never started (round {rep + 1}/{p['steady_repeats']})")
-            down_samples.append(steady_measure(cluster, p, [0, 1, 2]))
-            progress(f"  p50 {up_samples[-1]['latency_us_p50']:.0f} -> {down_samples[-1]['latency_us_p50']:.0f} us")
-        all_up = summarize_steady(up_samples, [0, 1, 2, 3], p)
-        down = summarize_steady(down_samples, [0, 1, 2], p)
-        ratios = {k: (round(down["closed_loop"][k]["ops_per_s"] / all_up["closed_loop"][k]["ops_per_s"], 3)
-                      if all_up["closed_loop"][k]["ops_per_s"] else None) for k in all_up["closed_loop"]}
-        results["backup_down"] = {"all_up": all_up, "one_backup_down": down,
-                                  "throughput_ratio_down_over_up": ratios,
-                                  "latency_p50_ratio_down_over_up": round(down["latency_us_p50"] /
-                                                                          all_up["latency_us_p50"], 3)}
-        progress(f"  median p50 {all_up['latency_us_p50']:.0f} -> {down['latency_us_p50']:.0f} us; "
-                 f"throughput ratio {ratios}")
+def stall_scenario(cluster: Cluster, p: dict, use_timeline: bool) -> dict:
+    """primary_stall, once on fresh data."""
+    cluster.fresh_data("stall")
+    progress("primary_stall")
+    stall = fault_run(cluster, p, use_timeline, "stall")
+    progress(f"  recovery {stall['recovery_ms']} ms after SIGSTOP; view change {stall['view_change']}")
+    return {
+        "primary_stall_recovery_ms": stall["recovery_ms"],
+        "primary_stall_new_view_ms": stall["view_change"]["new_view_installed_by_quorum_ms"],
+        "primary_stall": {"stall_s": STALL_S, "runs": [stall]},
+    }
 
-    results["definitions"] = {
+
+def backup_down_scenario(cluster: Cluster, p: dict) -> dict:
+    """backup_down against all_up, alternated so that a slow phase of the machine hits both alike."""
+    up_samples, down_samples = [], []
+    for rep in range(p["steady_repeats"]):
+        cluster.fresh_data(f"allup{rep}")
+        progress(f"all_up: sequential and closed loop (round {rep + 1}/{p['steady_repeats']})")
+        up_samples.append(steady_measure(cluster, p, [0, 1, 2, 3]))
+        cluster.fresh_data(f"backupdown{rep}")
+        progress(f"backup_down, replica 3 never started (round {rep + 1}/{p['steady_repeats']})")
+        down_samples.append(steady_measure(cluster, p, [0, 1, 2]))
+        progress(f"  p50 {up_samples[-1]['latency_us_p50']:.0f} -> {down_samples[-1]['latency_us_p50']:.0f} us")
+    all_up = summarize_steady(up_samples, [0, 1, 2, 3], p)
+    down = summarize_steady(down_samples, [0, 1, 2], p)
+    ratios = {k: (round(down["closed_loop"][k]["ops_per_s"] / all_up["closed_loop"][k]["ops_per_s"], 3)
+                  if all_up["closed_loop"][k]["ops_per_s"] else None) for k in all_up["closed_loop"]}
+    progress(f"  median p50 {all_up['latency_us_p50']:.0f} -> {down['latency_us_p50']:.0f} us; "
+             f"throughput ratio {ratios}")
+    return {"all_up": all_up, "one_backup_down": down, "throughput_ratio_down_over_up": ratios,
+            "latency_p50_ratio_down_over_up": round(down["latency_us_p50"] / all_up["latency_us_p50"], 3)}
+
+
+def definitions(p: dict, use_timeline: bool) -> dict:
+    """What faults.json's figures mean (written into it)."""
+    return {
         "load": f"{LOAD_CLIENTS} closed-loop counter clients in one bftfs counter process",
         "timeline_window_ms": TIMELINE_MS if use_timeline else "about 1000 (client progress lines)",
         "pre_fault_ops_per_s": f"mean rate over windows entirely inside [fault - {p['pre_s']} s, fault)",
@@ -442,12 +444,31 @@ def main() -> int:
         "primary_crash_new_view_ms": "median of primary_crash.runs[].view_change.new_view_installed_by_quorum_ms",
         "timeline": "t_ms / t_end_ms: window starts / ends relative to the fault; ops_per_s: completions / width",
     }
-    results["meta"] = common.run_metadata(loadavg_1_5_15_start=load_start, machine_before_start=before,
-                                          wall_time_s=round(time.monotonic() - started, 1), plan=p,
-                                          timeline_source="client-timeline" if use_timeline else "progress-lines",
-                                          replicas=4, f=1, transport="TCP on 127.0.0.1", replicas_fsync=True)
-    out_dir = common.RESULTS_DIR
-    common.write_json(out_dir / "faults.json", results)
+
+
+def main() -> int:
+    exit_cleanly_on_sigterm()
+    bftfs = bftfs_binary()
+    p = plan()
+    use_timeline = "--timeline-ms" in counter_help(bftfs)
+    load_start = reporting.load_average()
+    before = reporting.machine_busy_before()
+    progress(f"bench_faults: {'QUICK ' if reporting.quick_mode() else ''}plan {p}; timeline "
+             f"{'--timeline-ms ' + str(TIMELINE_MS) if use_timeline else 'from 1 s progress lines (no --timeline-ms)'}"
+             f"; before start: {before}")
+    started = time.monotonic()
+    results: dict = {}
+    with Cluster(bftfs, f=1, clients=256, log_level="warn", keep=reporting.keep_scratch()) as cluster:
+        results.update(crash_scenario(cluster, p, use_timeline))
+        results.update(stall_scenario(cluster, p, use_timeline))
+        results["backup_down"] = backup_down_scenario(cluster, p)
+    results["definitions"] = definitions(p, use_timeline)
+    results["meta"] = reporting.run_metadata(loadavg_1_5_15_start=load_start, machine_before_start=before,
+                                             wall_time_s=round(time.monotonic() - started, 1), plan=p,
+                                             timeline_source="client-timeline" if use_timeline else "progress-lines",
+                                             replicas=4, f=1, transport="TCP on 127.0.0.1", replicas_fsync=True)
+    out_dir = reporting.RESULTS_DIR
+    reporting.write_json(out_dir / "faults.json", results)
     path = plot(results, out_dir)
     progress(f"wrote {out_dir / 'faults.json'} and {path}")
     print(f"primary crash recovery {results['primary_crash_recovery_ms']} ms (median; runs "

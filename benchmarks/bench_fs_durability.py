@@ -6,7 +6,7 @@
 
 Starts a cluster with the one user command (`bftfs cluster start --service fs`: 4 durable replicas with the shim
 and a relay on DIR/relay.sock) and `bftfs mount --relay`. Each round runs the writer of
-tests/integration/fs_durability_workload.py (appends with fsync after each record to three files, one of them
+harness/durability.py (appends with fsync after each record to three files, one of them
 O_APPEND; rename-into-place after fsync; new files with an fsync of the directory), logging outside the mount
 each operation whose fsync returned, and then:
   replicas rounds   every replica gets SIGKILL at once (pids from DIR/r<i>.pid), at a different moment each
@@ -28,8 +28,6 @@ started is killed on exit.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shutil
 import signal
@@ -39,113 +37,65 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the harness package
 
-import common  # noqa: E402
-from common import progress, wait_until  # noqa: E402
-from fs_durability_workload import run_round, run_total_crash_round  # noqa: E402
+import reporting  # noqa: E402
+from harness.binaries import bftfs_binary  # noqa: E402
+from harness.cli_cluster import CliCluster  # noqa: E402
+from harness.durability import run_round, run_total_crash_round  # noqa: E402
+from harness.log import progress  # noqa: E402
+from harness.mount import Mount  # noqa: E402
+from harness.procs import exit_cleanly_on_sigterm  # noqa: E402
 
 N = 4  # f = 1
 
 
-def read_pid(path: Path) -> int:
-    return int(path.read_text().split()[0])
-
-
-def cmdline(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-
-
-def spawn(argv: list[str], log: Path, pid_file: Path) -> subprocess.Popen:
-    """Starts argv in its own session, appending to `log`, and records its pid where `cluster stop` looks."""
-    with open(log, "ab") as out:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             start_new_session=True)
-    pid_file.write_text(f"{p.pid}\n")
-    return p
-
-
-def ready(status: Path, pid: int) -> bool:
-    try:
-        value = json.loads(status.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(value, dict) and value.get("pid") == pid and value.get("running") is True
-
-
 class Bench:
+    """The cluster (`bftfs cluster start`, durable replicas and the relay), the mounts made on it one after the
+    other, and the kills and restarts the rounds ask for."""
+
     def __init__(self, bftfs: Path, root: Path) -> None:
         self.bftfs, self.root = bftfs, root
-        self.dir = root / "c"
+        self.cluster = CliCluster(bftfs, root / "c", service="fs", ports=N + 1, args=["--log-level", "warn"])
         self.work = root / "work"
         self.work.mkdir(parents=True)
-        self.mounts = 0
-        self.mount_proc: subprocess.Popen | None = None
-        self.mnt: Path | None = None
-        self.children: list[subprocess.Popen] = []  # restarted daemons, reaped at the end
+        self.mounts: list[Mount] = []
+        self._killed: dict[str, list[str]] = {}
+
+    @property
+    def mnt(self) -> Path:
+        return self.mounts[-1].mountpoint
 
     def start(self) -> None:
-        port = common.free_port_range(N + 1)
-        done = subprocess.run([str(self.bftfs), "cluster", "start", "--dir", str(self.dir), "--base-port", str(port),
-                               "--service", "fs", "--log-level", "warn"], capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            raise RuntimeError(f"cluster start failed: {done.stderr}")
+        self.cluster.start()
         self.mount()
 
     def mount(self) -> Path:
-        self.mnt = self.root / f"mnt{self.mounts}"
-        self.mnt.mkdir()
-        self.mounts += 1
-        self.mount_proc = subprocess.Popen([str(self.bftfs), "mount", "--relay", str(self.dir / "relay.sock"),
-                                            str(self.mnt), "-f", "--log", str(self.root / f"{self.mnt.name}.log")],
-                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL, start_new_session=True)
-        wait_until(lambda: os.path.ismount(self.mnt) or self.mount_proc.poll() is not None, 30, "the mount")
-        if self.mount_proc.poll() is not None:
-            raise RuntimeError(f"bftfs mount exited with {self.mount_proc.returncode}")
-        return self.mnt
+        k = len(self.mounts)
+        m = Mount(self.bftfs, self.root / f"mnt{k}", self.root / f"mnt{k}.log",
+                  ["--relay", self.cluster.relay_sock])
+        self.mounts.append(m)
+        m.start(timeout_s=30)
+        return m.mountpoint
 
     # ---- kills and restarts ----
-    def _targets(self, relay: bool) -> list[tuple[str, int, list[str]]]:
-        names = [f"r{i}" for i in range(N)] + (["relay"] if relay else [])
-        out = []
-        for name in names:
-            pid = read_pid(self.dir / f"{name}.pid")
-            out.append((name, pid, cmdline(pid)))
-        return out
-
     def kill_replicas(self, relay: bool = False) -> None:
-        self._killed = self._targets(relay)
-        extra = [self.mount_proc.pid] if relay and self.mount_proc is not None else []
-        for _, pid, _ in self._killed:
-            os.kill(pid, signal.SIGKILL)
-        for pid in extra:
-            os.killpg(pid, signal.SIGKILL)
-        for _, pid, _ in self._killed:
-            wait_until(lambda: not Path(f"/proc/{pid}").exists() or
-                       Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 10, f"pid {pid} to die")
-        for p in self.children:
-            p.poll()  # reap restarted daemons that were just killed
-        if extra:
-            self.mount_proc.wait()
-            self.mount_proc = None
-            subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True, timeout=30)
+        """SIGKILL to every replica (and with `relay`, the relay and the mount daemon too) at once."""
+        mount = self.mounts[-1] if relay else None
+        if mount is not None:
+            mount.signal_group(signal.SIGKILL)
+        self._killed = self.cluster.kill_together(*[f"r{i}" for i in range(N)], *(["relay"] if relay else []))
+        if mount is not None:
+            mount.kill()
+            mount.proc = None
+            subprocess.run(["umount", "-l", str(mount.mountpoint)], capture_output=True, timeout=30)
 
     def restart(self) -> None:
-        started = []
-        for name, _, argv in self._killed:
-            status = self.dir / (f"{name}/status.json" if name != "relay" else "relay.status.json")
-            with contextlib.suppress(FileNotFoundError):
-                status.unlink()
-            p = spawn(argv, self.dir / f"{name}.log", self.dir / f"{name}.pid")
-            self.children.append(p)
-            started.append((status, p))
-        for status, p in started:
-            wait_until(lambda: ready(status, p.pid) or p.poll() is not None, 60, f"{status} to be ready")
-            if p.poll() is not None:
-                raise RuntimeError(f"{' '.join(p.args)} exited with {p.returncode}")
+        """Everything killed last, again with the command lines it ran with, on the same data directories."""
+        for name, argv in self._killed.items():
+            self.cluster.restart(name, argv)
+        for name in self._killed:
+            self.cluster.wait_ready(name, 60)
 
     def kill_everything(self) -> None:
         self.kill_replicas(relay=True)
@@ -155,28 +105,18 @@ class Bench:
         return self.mount()
 
     def close(self) -> None:
-        if self.mount_proc is not None and self.mnt is not None:
-            subprocess.run([str(self.bftfs), "umount", "--lazy", str(self.mnt)], capture_output=True, timeout=30)
-            try:
-                self.mount_proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.mount_proc.pid, signal.SIGKILL)
-                self.mount_proc.wait()
-        subprocess.run([str(self.bftfs), "cluster", "stop", "--dir", str(self.dir)], capture_output=True, timeout=60)
-        for p in self.children:
-            with contextlib.suppress(ProcessLookupError):
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        for m in self.mounts:
+            m.stop()
+        self.cluster.stop()
 
 
 def main() -> int:
-    common.exit_cleanly_on_sigterm()
+    exit_cleanly_on_sigterm()
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         raise SystemExit("needs root and /dev/fuse (FUSE mounts)")
-    quick = common.quick_mode()
-    bftfs = common.bftfs_binary()
-    busy = common.machine_busy_before()
+    quick = reporting.quick_mode()
+    bftfs = bftfs_binary()
+    busy = reporting.machine_busy_before()
     root = Path(tempfile.mkdtemp(prefix="bftfs-bench-dur-"))
     kills = (3, 30, 60) if quick else (3, 20, 35, 50, 70, 90)
     total_kills = (25,) if quick else (8, 25, 45)
@@ -185,7 +125,7 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         b.start()
-        progress(f"cluster up in {b.dir}, mounted on {b.mnt}")
+        progress(f"cluster up in {b.cluster.dir}, mounted on {b.mnt}")
         for k, after in enumerate(kills):
             r = run_round(k, b.mnt, b.work, seed=3000 + k, kill_after_records=after, kill_replicas=b.kill_replicas,
                           restart_replicas=b.restart)
@@ -203,13 +143,13 @@ def main() -> int:
                      f"first read {r.recover_s:.2f}s" + (f", PROBLEMS {r.problems}" if r.problems else ""))
     finally:
         b.close()
-        if common.keep_scratch():
+        if reporting.keep_scratch():
             progress(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
     everything = rounds + total
     result = {
-        "meta": common.run_metadata(machine_before=busy, wall_s=round(time.monotonic() - t0, 1)),
+        "meta": reporting.run_metadata(machine_before=busy, wall_s=round(time.monotonic() - t0, 1)),
         "what": "kill -9 of every replica (and, in total rounds, the relay and the mount too) during an fsync "
                 "workload on a bftfs mount; after restart every fsynced byte must be there",
         "command": "QUICK=1 BFTFS_BUILD=build python3 benchmarks/bench_fs_durability.py",
@@ -224,8 +164,8 @@ def main() -> int:
         "replicas_rounds": rounds,
         "total_crash_rounds": total,
     }
-    out = common.RESULTS_DIR / "fs-durability.json"
-    common.write_json(out, result)
+    out = reporting.RESULTS_DIR / "fs-durability.json"
+    reporting.write_json(out, result)
     progress(f"wrote {out}: {result['records_found']}/{result['records_fsynced']} records, "
              f"{result['problems']} problems")
     return 0 if result["problems"] == 0 and result["records_found"] == result["records_fsynced"] else 1

@@ -36,10 +36,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the harness package
 
-import common  # noqa: E402
-from common import Daemon, LocalCluster, progress, wait_until  # noqa: E402
+import reporting  # noqa: E402
+from harness.binaries import bftfs_binary, build_dir  # noqa: E402
+from harness.cluster import Cluster  # noqa: E402
+from harness.log import progress  # noqa: E402
+from harness.procs import exit_cleanly_on_sigterm  # noqa: E402
+from harness.waiting import wait_until  # noqa: E402
 
 MASK = (1 << 64) - 1
 PRELOAD_PREFIX = "pre"
@@ -47,7 +51,7 @@ LOAD_FILE_BYTES = 4096
 
 
 def plan() -> dict:
-    if common.quick_mode():
+    if reporting.quick_mode():
         return {"preload_files": 60, "preload_bytes": 65536}
     return {"preload_files": 400, "preload_bytes": 65536}
 
@@ -69,24 +73,15 @@ def pattern(prefix: str, i: int, size: int) -> bytes:
 
 
 class FsBench:
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.fs_load = common.build_dir() / "tests" / "fs_load"
+        self.fs_load = build_dir() / "tests" / "fs_load"
         if not self.fs_load.exists():
             raise RuntimeError(f"{self.fs_load} is missing: run make first")
 
     def start_replica(self, i: int) -> None:
-        c = self.cluster
-        if not c.replicas:
-            c.replicas = [None] * c.n  # type: ignore[list-item]
-        old = c.replicas[i]
-        if old is not None:
-            old.kill()
-        d = Daemon(f"replica-{i}", [c.bftfs, "replica", "--config", c.config, "--id", i, "--data", c.replica_data(i),
-                                    "--service", "fs", "--shim", "--log-level", "info"],
-                   c.root / f"r{i}.log", c.replica_data(i))
-        c.replicas[i] = d
-        d.start()
+        """Starts replica i (not waiting for it), killing an earlier incarnation."""
+        self.cluster.start_replicas(ids=[i], wait=False)
 
     def status(self, i: int) -> dict:
         return self.cluster.replicas[i].status() or {}
@@ -224,9 +219,10 @@ def scenario_crash_all(b: FsBench, p: dict) -> dict:
 
 
 def main() -> int:
-    common.exit_cleanly_on_sigterm()
+    exit_cleanly_on_sigterm()
     p = plan()
-    with LocalCluster(common.bftfs_binary(), clients=64, keep=common.keep_scratch()) as cluster:
+    with Cluster(bftfs_binary(), clients=64, service="fs", replica_args=["--shim"], log_level="info",
+                 keep=reporting.keep_scratch()) as cluster:
         b = FsBench(cluster)
         for i in range(cluster.n):
             b.start_replica(i)
@@ -239,10 +235,10 @@ def main() -> int:
             crash_all = scenario_crash_all(b, p)
         finally:
             cluster.stop_replicas()
-        result = common.run_metadata(benchmark="fs-recovery", plan=p, preload=preload, wipe=wipe, corrupt=corrupt,
+        result = reporting.run_metadata(benchmark="fs-recovery", plan=p, preload=preload, wipe=wipe, corrupt=corrupt,
                                      crash_all=crash_all)
-        out = Path(__file__).resolve().parent.parent / "bench-results" / "fs-recovery.json"
-        common.write_json(out, result)
+        out = reporting.RESULTS_DIR / "fs-recovery.json"
+        reporting.write_json(out, result)
         progress(f"wrote {out}")
     return 0
 

@@ -38,9 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the harness package
 
-import common  # noqa: E402
+import reporting  # noqa: E402
+from harness.log import progress  # noqa: E402
+from harness.procs import exit_cleanly_on_sigterm  # noqa: E402
 
 RECORD_BYTES = 4096
 FILE_BYTES = 16 << 20  # preallocated and zero-filled, like a log segment
@@ -95,8 +97,8 @@ def run(directory: Path, writers: int, samples: int, direct: bool) -> dict:
         "method": "O_DIRECT|O_DSYNC" if direct else "pwritev2(RWF_DSYNC)",
         "samples_per_writer": samples,
         "record_bytes": RECORD_BYTES,
-        "latency_us_p50": round(common.percentile(lat, 0.50), 1),
-        "latency_us_p99": round(common.percentile(lat, 0.99), 1),
+        "latency_us_p50": round(reporting.percentile(lat, 0.50), 1),
+        "latency_us_p99": round(reporting.percentile(lat, 0.99), 1),
         "latency_us_mean": round(statistics.fmean(lat), 1),
         "durable_writes_per_s": round(len(lat) / elapsed, 1),
         "cpu_us_per_write": round(statistics.median(r["cpu_us_per_write"] for r in results), 1),
@@ -104,20 +106,20 @@ def run(directory: Path, writers: int, samples: int, direct: bool) -> dict:
 
 
 def main() -> int:
-    common.exit_cleanly_on_sigterm()
-    samples = 300 if common.quick_mode() else 2000
+    exit_cleanly_on_sigterm()
+    samples = 300 if reporting.quick_mode() else 2000
     scratch = Path(tempfile.mkdtemp(prefix="bftfs-fsync-"))
     try:
         result: dict = {}
         for direct in (True, False):
             for writers in (1, 4):
                 key = f"writers_{writers}" if direct else f"rwf_dsync_writers_{writers}"
-                common.progress(f"fsync floor: {key}, {samples} durable 4 KiB writes each")
+                progress(f"fsync floor: {key}, {samples} durable 4 KiB writes each")
                 result[key] = run(scratch, writers, samples, direct)
-                common.progress(f"  {json.dumps(result[key])}")
+                progress(f"  {json.dumps(result[key])}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    counter = common.RESULTS_DIR / "counter.json"
+    counter = reporting.RESULTS_DIR / "counter.json"
     if counter.exists():
         measured = json.loads(counter.read_text())
         floor: dict = {"pbft_durable_write_us_p50": result["writers_4"]["latency_us_p50"],
@@ -128,13 +130,13 @@ def main() -> int:
                 floor[f"{system}_latency_us_p50"] = p50
                 floor[f"least_pbft_over_{system}_latency_p50"] = round(result["writers_4"]["latency_us_p50"] / p50, 2)
         result["floor"] = floor
-    result["meta"] = common.run_metadata(scratch_dir=str(scratch.parent), quick=common.quick_mode(),
+    result["meta"] = reporting.run_metadata(scratch_dir=str(scratch.parent), quick=reporting.quick_mode(),
                                          syscall="writers_*: pwritev2 through an O_DIRECT|O_DSYNC descriptor (the "
                                                  "log's method); rwf_dsync_*: pwritev2(RWF_DSYNC) through the page "
                                                  "cache; overwrites of a preallocated zero-filled file")
-    out = common.RESULTS_DIR / "fsync-floor.json"
-    common.write_json(out, result)
-    common.progress(f"wrote {out}")
+    out = reporting.RESULTS_DIR / "fsync-floor.json"
+    reporting.write_json(out, result)
+    progress(f"wrote {out}")
     return 0
 
 

@@ -14,7 +14,6 @@ BENCH_KEEP=1 keeps the scratch directory. Every process started is stopped on ex
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -24,11 +23,16 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (bftfs_binary, exit_cleanly_on_sigterm, free_port_range, keep_scratch, load_average,  # noqa: E402
-                    progress, quick_mode, run_metadata, write_json)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the harness package
 
-RESULT = Path(__file__).resolve().parent.parent / "bench-results" / "large-write.json"
+import reporting  # noqa: E402
+from harness.binaries import bftfs_binary  # noqa: E402
+from harness.cli_cluster import CliCluster  # noqa: E402
+from harness.log import progress  # noqa: E402
+from harness.mount import Mount  # noqa: E402
+from harness.procs import exit_cleanly_on_sigterm  # noqa: E402
+
+RESULT = reporting.RESULTS_DIR / "large-write.json"
 DD_TIMEOUT_S = 900
 
 
@@ -51,17 +55,11 @@ def bftfs_rss_kib() -> int:
 
 
 def one_size(bftfs: Path, scratch: Path, mib: int) -> dict:
-    cdir = scratch / f"c{mib}"
-    mnt = scratch / f"m{mib}"
-    mnt.mkdir()
-    port = free_port_range(8)
-    subprocess.run([str(bftfs), "cluster", "start", "--dir", str(cdir), "--service", "fs", "--base-port", str(port)],
-                   check=True, capture_output=True, text=True)
-    mounted = False
+    cluster = CliCluster(bftfs, scratch / f"c{mib}", service="fs", ports=8)
+    mount = Mount(bftfs, scratch / f"m{mib}", scratch / f"mount{mib}.log", ["--relay", cluster.relay_sock])
     try:
-        subprocess.run([str(bftfs), "mount", "--relay", str(cdir / "relay.sock"), str(mnt),
-                        "--log", str(scratch / f"mount{mib}.log")], check=True, capture_output=True, text=True)
-        mounted = True
+        cluster.start()
+        mount.start()
         peak = [0]
         done = threading.Event()
 
@@ -73,8 +71,8 @@ def one_size(bftfs: Path, scratch: Path, mib: int) -> dict:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         t0 = time.monotonic()
-        dd = subprocess.run(["dd", "if=/dev/zero", f"of={mnt / 'big'}", "bs=1M", f"count={mib}", "conv=fsync"],
-                            capture_output=True, text=True, timeout=DD_TIMEOUT_S)
+        dd = subprocess.run(["dd", "if=/dev/zero", f"of={mount.mountpoint / 'big'}", "bs=1M", f"count={mib}",
+                             "conv=fsync"], capture_output=True, text=True, timeout=DD_TIMEOUT_S)
         elapsed = time.monotonic() - t0
         done.set()
         sampler.join()
@@ -83,7 +81,7 @@ def one_size(bftfs: Path, scratch: Path, mib: int) -> dict:
         time.sleep(1.0)  # status.json is refreshed about every 500 ms
         replicas = []
         for i in range(4):
-            st = json.loads((cdir / f"r{i}" / "status.json").read_text())
+            st = cluster.status(i)
             replicas.append({"view": st["view"], "view_changes_started": st["stats"]["view_changes_started"],
                              "batches_committed": st["stats"]["batches_committed"],
                              "fetches_refused_repeat": st["stats"].get("fetches_refused_repeat", 0)})
@@ -94,27 +92,26 @@ def one_size(bftfs: Path, scratch: Path, mib: int) -> dict:
                  f"view changes {row['view_changes']}")
         return row
     finally:
-        if mounted:
-            subprocess.run([str(bftfs), "umount", str(mnt)], capture_output=True, text=True)
-        subprocess.run([str(bftfs), "cluster", "stop", "--dir", str(cdir)], capture_output=True, text=True)
+        mount.stop()
+        cluster.stop()
 
 
 def main() -> None:
     exit_cleanly_on_sigterm()
     bftfs = bftfs_binary()
-    default = "64,256" if quick_mode() else "64,256,1024"
+    default = "64,256" if reporting.quick_mode() else "64,256,1024"
     sizes = [int(s) for s in os.environ.get("SIZES_MIB", default).split(",") if s.strip()]
-    load_start = load_average()
+    load_start = reporting.load_average()
     scratch = Path(tempfile.mkdtemp(prefix="bftfs-largewrite-", dir="/var/tmp"))
     try:
         rows = [one_size(bftfs, scratch, mib) for mib in sizes]
     finally:
-        if not keep_scratch():
+        if not reporting.keep_scratch():
             shutil.rmtree(scratch, ignore_errors=True)
-    write_json(RESULT, {"meta": run_metadata(loadavg_1_5_15_start=load_start,
-                                             workload="dd bs=1M conv=fsync through bftfs mount --relay, "
-                                                      "durable 4-replica cluster on one machine"),
-                        "runs": rows})
+    meta = reporting.run_metadata(loadavg_1_5_15_start=load_start,
+                                  workload="dd bs=1M conv=fsync through bftfs mount --relay, "
+                                           "durable 4-replica cluster on one machine")
+    reporting.write_json(RESULT, {"meta": meta, "runs": rows})
     progress(f"wrote {RESULT}")
 
 

@@ -3,7 +3,7 @@ order, across clients."""
 
 from __future__ import annotations
 
-from bftfs_harness import wait_converged
+from harness.cluster import wait_converged
 
 
 def test_sequential_increments_from_several_clients_return_consecutive_values(cluster):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 
-from bftfs_harness import (CounterStream, LoadProcess, kill_all, last_executed, status_value, wait_caught_up,
-                           wait_converged)
-from conftest import wait_until
+from harness.cluster import last_executed, status_value, wait_caught_up, wait_converged
+from harness.counter import CounterStream, LoadProcess
+from harness.daemon import kill_all
+from harness.waiting import wait_until
 
 REQUESTS_PER_RUN = 5
 

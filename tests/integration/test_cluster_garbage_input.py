@@ -12,8 +12,8 @@ import struct
 
 import pytest
 
-from bftfs_harness import status_value
-from conftest import wait_until
+from harness.cluster import status_value
+from harness.waiting import wait_until
 
 MAGIC = 0x31544642
 VERSION = 2  # protocol/wire.h kWireVersion (2: Request::prev_request_id)

@@ -1,12 +1,12 @@
 """Four replicas on four "hosts" (network namespaces with their own addresses, joined by veth pairs and a
-bridge; conftest.NetnsLab) and the client on a fifth. One replica's link goes down: the other three carry on;
+bridge; harness.netns.NetnsLab) and the client on a fifth. One replica's link goes down: the other three carry on;
 the link comes back: the cut-off replica catches up with what it missed."""
 
 from __future__ import annotations
 
 import pytest
 
-from bftfs_harness import last_executed, status_value, wait_caught_up, wait_converged
+from harness.cluster import last_executed, status_value, wait_caught_up, wait_converged
 
 pytestmark = pytest.mark.netns
 

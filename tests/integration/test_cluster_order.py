@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import subprocess
 
-from bftfs_harness import kill_all, last_executed, wait_converged
-from conftest import parse_json_output, wait_until
+from harness.cluster import last_executed, wait_converged
+from harness.counter import parse_json_output
+from harness.daemon import kill_all
+from harness.waiting import wait_until
 
 PBFTCS = ["--shim", "--early-replies"]
 REQUESTS = 4000

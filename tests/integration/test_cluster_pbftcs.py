@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import subprocess
 
-from bftfs_harness import wait_converged
-from conftest import parse_json_output, wait_until
+from harness.cluster import wait_converged
+from harness.counter import parse_json_output
+from harness.waiting import wait_until
 
 PBFTCS = ["--shim", "--early-replies"]
 

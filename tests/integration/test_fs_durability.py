@@ -2,7 +2,7 @@
 hard-mount behaviour while they are all down.
 
 A 4-replica fs cluster (durable: the replicas sync their logs), a relay and `bftfs mount --relay`. A writer
-process (fs_durability_workload.py) appends records to three files with fsync after each, replaces files by
+process (harness/durability.py) appends records to three files with fsync after each, replaces files by
 rename after fsync and creates files with an fsync of the directory, logging outside the mount every operation
 it saw fsync return for. In each round every replica gets SIGKILL at once, at a different moment of the
 workload; they are restarted on the same data directories, the writer's blocked operation must complete by
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from bftfs_harness import kill_all
-from bftfs_mount import Mount
-from conftest import wait_until
-from fs_durability_workload import Writer, check_dir, read_log, run_round, run_total_crash_round
-from test_relay import Relay, short_dir
+from harness.daemon import kill_all
+from harness.durability import Writer, check_dir, read_log, run_round, run_total_crash_round
+from harness.mount import Mount
+from harness.relay import Relay, short_dir
+from harness.waiting import wait_until
 
 # How long a process must stay blocked before we call it blocked, and the bound on everything that must end.
 BLOCKED_S = 1.0
@@ -72,25 +72,16 @@ class Stack:
         kill_all(self.cluster.replicas)
 
     def restart_replicas(self) -> None:
-        for d in self.cluster.replicas:
-            if d.status_path.exists():
-                d.status_path.unlink()  # readiness must be the new incarnation's word
-        self.cluster.start()
+        self.cluster.start()  # Daemon.start removes the old status.json: readiness is the new incarnation's word
 
     def kill_everything(self) -> None:
         """SIGKILL to every replica, the relay and every mount daemon, all signalled before any is reaped; then
         detaches the dead mounts (their mount points answer ENOTCONN until then)."""
-        daemons = [d.proc for d in self.cluster.replicas + [self.relay.daemon]]
-        daemons += [m.proc for m in self.mounts if m.proc is not None]
-        for p in daemons:
-            if p is not None and p.returncode is None:
-                os.killpg(p.pid, signal.SIGKILL)
-        kill_all(self.cluster.replicas + [self.relay.daemon])  # reaps them
-        for m in self.mounts:
-            if m.proc is not None:
-                m.proc.wait()
-                m.proc = None
-                subprocess.run(["umount", "-l", str(m.mountpoint)], capture_output=True, timeout=END_TIMEOUT_S)
+        mounts = [m for m in self.mounts if m.proc is not None]
+        kill_all(self.cluster.replicas + [self.relay.daemon] + mounts)
+        for m in mounts:
+            m.proc = None
+            subprocess.run(["umount", "-l", str(m.mountpoint)], capture_output=True, timeout=END_TIMEOUT_S)
 
     def restart_everything(self) -> Path:
         """The replicas on their data directories, the relay, and a new mount (returned)."""

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bftfs_mount import Mount
-from test_relay import Relay, short_dir
+from harness.mount import Mount
+from harness.relay import Relay, short_dir
 
 pytestmark = pytest.mark.fuse
 

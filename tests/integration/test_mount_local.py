@@ -20,12 +20,19 @@ from pathlib import Path
 
 import pytest
 
-from bftfs_mount import Mount, as_user
+from harness.mount import Mount
+from harness.users import User, errno_as_user
 
 pytestmark = pytest.mark.fuse
 
 USER_A = (12001, 12001)
 USER_B = (12002, 12002)
+
+
+def as_user(uid: int, gid: int, fn, groups=()):
+    """fn() run as (uid, gid, groups): its value, or ("errno", n) if it raised OSError."""
+    return errno_as_user(User(uid, gid, tuple(groups)), fn)
+
 
 libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD = -100

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bftfs_mount import Mount
-from conftest import wait_until
-from test_relay import Relay, short_dir
+from harness.mount import Mount
+from harness.relay import Relay, short_dir
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.fuse
 
@@ -28,10 +28,8 @@ def two_mounts(cluster, bftfs_bin, tmp_path):
     relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
     top = Path(tempfile.mkdtemp(prefix="bftfs-mnt-"))
     mounts = [Mount(bftfs_bin, top / name, tmp_path / f"{name}.log", ["--relay", str(relay.sock)],
-                    ["--status", str(tmp_path / f"{name}.status.json")])
+                    counters_file=tmp_path / f"{name}.status.json")
               for name in ("a", "b")]
-    for name, m in zip(("a", "b"), mounts):
-        m.status_path = tmp_path / f"{name}.status.json"
     try:
         for m in mounts:
             m.start()
@@ -113,7 +111,7 @@ def test_small_writes_are_coalesced_and_land_exactly(two_mounts):
     assert (b.mountpoint / "obj").read_bytes() == bytes(expected)
 
     def counters():
-        c = json.loads(a.status_path.read_text())
+        c = json.loads(a.counters_file.read_text())
         return c if c["fuse_write"] >= 303 else None
 
     c = wait_until(counters, 30, "mount A's status file to count the writes")

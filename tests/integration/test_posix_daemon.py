@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _PORTS, Daemon, find_build_dir, wait_until
-from posix_harness import _is_mountpoint
+from harness.binaries import build_dir
+from harness.daemon import Daemon
+from harness.mount import is_mountpoint
+from harness.ports import PORTS
+from harness.waiting import wait_until
 
 # Generous bounds for "it ends": the daemon's own grace for writes in flight is 10 s; nothing here measures time.
 END_TIMEOUT_S = 60
@@ -26,7 +29,7 @@ END_TIMEOUT_S = 60
 
 @pytest.fixture
 def bftfs() -> Path:
-    b = find_build_dir() / "cli" / "bftfs"
+    b = build_dir() / "cli" / "bftfs"
     if not os.access(b, os.X_OK):
         pytest.skip(f"{b} is not built")
     if not os.path.exists("/dev/fuse"):
@@ -37,8 +40,8 @@ def bftfs() -> Path:
 def _mount(bftfs: Path, backend: list, mnt: Path, log: Path) -> Daemon:
     mnt.mkdir(exist_ok=True)
     d = Daemon("mount", [bftfs, "mount", "-f", *backend, mnt], log).start()
-    wait_until(lambda: _is_mountpoint(mnt) or not d.alive(), 20, f"{mnt} to be mounted")
-    assert _is_mountpoint(mnt), d.log_tail()
+    wait_until(lambda: is_mountpoint(mnt) or not d.alive(), 20, f"{mnt} to be mounted")
+    assert is_mountpoint(mnt), d.log_tail()
     return d
 
 
@@ -55,7 +58,7 @@ def norep_mount(bftfs, tmp_path):
     stop_server() kills the server (the relay stays up, so the mount's requests wait)."""
     cluster = tmp_path / "c"
     out = subprocess.run([str(bftfs), "cluster", "start", "--dir", str(cluster), "--f", "1", "--base-port",
-                          str(_PORTS.alloc(3)), "--service", "fs", "--norep"], capture_output=True, text=True,
+                          str(PORTS.alloc(3)), "--service", "fs", "--norep"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     mnt = tmp_path / "mnt"
@@ -68,7 +71,7 @@ def norep_mount(bftfs, tmp_path):
 
         yield d, mnt, stop
     finally:
-        if _is_mountpoint(mnt):
+        if is_mountpoint(mnt):
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, timeout=30)
         d.kill()
         subprocess.run([str(bftfs), "cluster", "stop", "--dir", str(cluster)], capture_output=True, timeout=60)
@@ -109,7 +112,7 @@ def test_sigterm_while_the_backend_is_down_unmounts_and_exits(norep_mount, down)
         time.sleep(0.5)  # not a timing assertion: only gives the stat a chance to be inside the mount
         d.proc.send_signal(signal.SIGTERM)
         _exited(d)
-        assert not _is_mountpoint(mnt), "the daemon exited but left its mount behind"
+        assert not is_mountpoint(mnt), "the daemon exited but left its mount behind"
         assert blocked.wait(timeout=END_TIMEOUT_S) is not None
     finally:
         if blocked.poll() is None:
@@ -139,7 +142,7 @@ def test_a_process_exiting_with_writes_in_flight_is_not_stuck_while_the_backend_
             p.wait(timeout=END_TIMEOUT_S)
     d.proc.send_signal(signal.SIGTERM)
     assert _exited(d) != 0, "writes were lost at the stop: the daemon must say so in its exit status"
-    assert not _is_mountpoint(mnt)
+    assert not is_mountpoint(mnt)
 
 
 def test_appends_from_two_mounts_through_mapped_descriptors_stay_whole(norep_mount, bftfs, tmp_path):

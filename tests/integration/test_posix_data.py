@@ -1,6 +1,6 @@
 """POSIX conformance: file data and metadata. truncate, sparse files, large files (> 4 GiB offsets),
 open-unlinked files, mmap, fsync, statfs, and which timestamps each operation changes
-(posix_harness.py says where this runs)."""
+(posix_suite.py says where this runs)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import mmap
 import os
 import stat
 
-from posix_harness import (USER_A, as_user, clock_tick, is_bftfs, pread_all, pwrite_all,
-                           raises_errno, read_file, write_file)
+from harness.users import as_user
+from posix_suite import (USER_A, clock_tick, is_bftfs, pread_all, pwrite_all, raises_errno, read_file, write_file)
 
-pytest_plugins = ["posix_harness"]
+pytest_plugins = ["posix_suite"]
 
 T_PAST = 1_000_000_000_000_000_000
 BLOCK = 65536   # bftfs's data block; offsets around it are where a block store gets things wrong

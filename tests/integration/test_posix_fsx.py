@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["posix_harness"]
+pytest_plugins = ["posix_suite"]
 
 FSX = Path(__file__).resolve().parents[1] / "tools" / "fsx.py"
 OPS = 1500

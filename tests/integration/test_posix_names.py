@@ -1,6 +1,6 @@
 """POSIX conformance: the name space. mkdir/rmdir, rename (every corner), link/unlink and nlink counts,
 symlink/readlink, mknod (FIFO, socket, devices), readdir completeness under concurrent changes
-(posix_harness.py says where this runs)."""
+(posix_suite.py says where this runs)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import os
 import socket
 import stat
 
-from posix_harness import (RENAME_EXCHANGE, RENAME_NOREPLACE, USER_A, as_user, clock_tick,
-                           raises_errno, read_file, renameat2, write_file)
+from harness.users import as_user
+from posix_suite import (RENAME_EXCHANGE, RENAME_NOREPLACE, USER_A, clock_tick, raises_errno, read_file, renameat2,
+                         write_file)
 
-pytest_plugins = ["posix_harness"]
+pytest_plugins = ["posix_suite"]
 
 T_PAST = 1_000_000_000_000_000_000
 

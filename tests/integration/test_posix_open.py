@@ -1,4 +1,4 @@
-"""POSIX conformance: open(2)/creat flags, names, O_APPEND (posix_harness.py says where this runs)."""
+"""POSIX conformance: open(2)/creat flags, names, O_APPEND (posix_suite.py says where this runs)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import errno
 import os
 import stat
 
-from posix_harness import (USER_A, as_user, pread_all, raises_errno, read_file, write_file)
+from harness.users import as_user
+from posix_suite import (USER_A, pread_all, raises_errno, read_file, write_file)
 
-pytest_plugins = ["posix_harness"]
+pytest_plugins = ["posix_suite"]
 
 
 def test_creat_makes_an_empty_regular_file_with_mode_minus_umask(d):

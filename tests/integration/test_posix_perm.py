@@ -1,5 +1,5 @@
 """POSIX conformance: permissions, ownership, chmod/chown/utimensat rules, setuid/setgid, sticky directories,
-as root and as unprivileged users (posix_harness.py says where this runs and how users are switched)."""
+as root and as unprivileged users (posix_suite.py says where this runs and how users are switched)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import stat
 
 import pytest
 
-from posix_harness import (GROUP_C_ONLY, GROUP_SHARED, USER_A, USER_B, USER_C, User, as_user, clock_tick,
-                           open_close, raises_errno, read_file, write_file)
+from harness.users import User, as_user
+from posix_suite import (GROUP_C_ONLY, GROUP_SHARED, USER_A, USER_B, USER_C, clock_tick, open_close, raises_errno,
+                         read_file, write_file)
 
-pytest_plugins = ["posix_harness"]
+pytest_plugins = ["posix_suite"]
 
 UTIME_NOW = (1 << 30) - 1   # the kernel's UTIME_NOW / UTIME_OMIT nsec markers are not exposed by Python
 T_PAST = 1_000_000_000_123_456_789   # 2001-09-09, with nanoseconds

@@ -2,7 +2,7 @@
 small shared tree at once (bounded op counts, fixed seeds), then the tree must be consistent: every name
 resolves, every file's st_nlink equals the number of names that reach it, every directory's st_nlink is 2 plus
 its subdirectories, '..' points at the parent, and no operation ever failed with an errno that a local file
-system never gives for it (ESTALE, EIO, ...). (posix_harness.py says where this runs.)"""
+system never gives for it (ESTALE, EIO, ...). (posix_suite.py says where this runs.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-pytest_plugins = ["posix_harness"]
+pytest_plugins = ["posix_suite"]
 
 # What these operations may legitimately fail with while other processes change the same names.
 # EPERM: link() of a directory; ELOOP: a symlink that names itself (or a cycle of them).

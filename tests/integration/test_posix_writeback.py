@@ -1,7 +1,7 @@
 """POSIX conformance where a client that buffers writes (write-behind, made final by close and fsync) can go
 wrong: metadata changes, truncation, renames and removals while writes are still buffered, errors that must
 surface at write() rather than at close(), and processes that exit without closing
-(posix_harness.py says where this runs). Each behaviour here is plain local-file-system semantics."""
+(posix_suite.py says where this runs). Each behaviour here is plain local-file-system semantics."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import mmap
 import os
 import stat
 
-from posix_harness import (USER_A, as_user, pread_all, raises_errno, read_file, write_file)
+from harness.users import as_user
+from posix_suite import (USER_A, pread_all, raises_errno, read_file, write_file)
 
-pytest_plugins = ["posix_harness"]
+pytest_plugins = ["posix_suite"]
 
 T_PAST = 1_000_000_000_000_000_000
 

@@ -14,21 +14,14 @@ import signal
 import socket
 import struct
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import Daemon, wait_until
+from harness.relay import Relay, short_dir
+from harness.waiting import wait_until
 
 FRAME_BODY_MAX = 2 * 1024 * 1024 + 64
-
-
-def short_dir(tmp_path: Path) -> Path:
-    """A directory whose socket paths fit sun_path (108 bytes) even when pytest's tmp_path is long."""
-    if len(str(tmp_path)) < 80:
-        return tmp_path
-    return Path(tempfile.mkdtemp(prefix="bftfs-relay-", dir="/tmp"))
 
 
 def fsop(bftfs: Path, sock: Path, op: str, path: str = "/", *args: str, check: bool = True,
@@ -43,25 +36,6 @@ def fsop(bftfs: Path, sock: Path, op: str, path: str = "/", *args: str, check: b
 def relay_status(bftfs: Path, sock: Path) -> dict[str, str]:
     out = fsop(bftfs, sock, "status").stdout
     return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
-
-
-class Relay:
-    """A relay daemon for a test cluster, on a socket in `root`."""
-
-    def __init__(self, bftfs: Path, cluster, root: Path, *extra: str) -> None:
-        self.sock = root / "relay.sock"
-        self.client_id = cluster.client_ids[-1]
-        self.daemon = Daemon("relay", [bftfs, "relay", "--config", cluster.config, "--id", self.client_id,
-                                       "--socket", self.sock, "--status", root / "relay" / "status.json", *extra],
-                             cluster.root / "relay.log", root / "relay")
-
-    def start(self) -> "Relay":
-        self.daemon.start()
-        self.daemon.wait_ready()
-        return self
-
-    def errors(self) -> list[str]:
-        return self.daemon.error_lines()
 
 
 @pytest.fixture

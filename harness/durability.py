@@ -1,13 +1,12 @@
-"""The fsync workload of the durability test and benchmark (test_fs_durability.py,
+"""The fsync workload of the durability test and benchmark (tests/integration/test_fs_durability.py,
 benchmarks/bench_fs_durability.py): a writer process that makes data durable on a bftfs mount and logs, OUTSIDE
 the mount, every operation it saw fsync return for; a checker that says whether every logged byte is there; and
 one crash round (writer running, every replica SIGKILLed at once, replicas restarted) that both scripts share.
 
 Nothing here knows how the cluster is run: a round gets `kill_replicas` and `restart_replicas` callables, so the
-test drives its pytest fixtures and the benchmark drives `bftfs cluster start` processes. No pytest import, so the
-benchmark can import this file.
+test drives its pytest fixtures and the benchmark drives `bftfs cluster start` processes.
 
-The writer (`python3 fs_durability_workload.py writer --dir D --log L --seed S --stop STOPFILE`) cycles through
+The writer (`python3 -m harness.durability writer --dir D --log L --seed S --stop STOPFILE`) cycles through
   append   a record to one of three files: a0 is opened O_APPEND (the client's direct-I/O append path), a1 and a2
            are written at their end through the page cache; each record is write() then fsync()
   replace  a new version of r0 or r1: write r<j>.tmp, fsync it, rename it over r<j>, fsync the directory
@@ -41,6 +40,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
+
+from harness.binaries import REPO
+from harness.waiting import wait_until
 
 APPEND_FILES = 3          # a0 (O_APPEND), a1, a2
 REPLACE_FILES = 2         # r0, r1
@@ -113,7 +115,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def writer_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="fs_durability_workload.py writer")
+    p = argparse.ArgumentParser(prog="python3 -m harness.durability writer")
     p.add_argument("--dir", required=True, type=Path, help="directory on the mount (created)")
     p.add_argument("--log", required=True, type=Path, help="log of fsynced operations, outside the mount")
     p.add_argument("--seed", required=True, type=int)
@@ -268,100 +270,123 @@ def check_dir(d: Path, logged: Logged, seed: int, exact: bool) -> Check:
     c.records_logged = logged.records
     expected_names: set[str] = set()
     for i in range(APPEND_FILES):
-        name = f"a{i}"
-        expected_names.add(name)
-        want = b"".join(append_record(seed, i, s) for s in range(logged.appends[i]))
-        c.bytes_logged += len(want)
-        try:
-            got = (d / name).read_bytes()
-        except FileNotFoundError:
-            if logged.appends[i] or exact:
-                c.problems.append(f"{name}: missing")
-            continue
-        if got[:len(want)] != want:
-            k = _first_difference(got, want)
-            c.problems.append(f"{name}: {len(got)} bytes; the {logged.appends[i]} fsynced records "
-                              f"({len(want)} bytes) differ at byte {k}")
-            # Count the whole records that are there.
-            end = 0
-            for s in range(logged.appends[i]):
-                end += len(append_record(seed, i, s))
-                if end > k:
-                    break
-                c.records_found += 1
-                c.bytes_found += len(append_record(seed, i, s))
-            continue
-        c.records_found += logged.appends[i]
-        c.bytes_found += len(want)
-        # What follows must continue the stream: a suffix of records the writer wrote but did not log.
-        tail = got[len(want):]
-        s, stream = logged.appends[i], b""
-        while len(stream) < len(tail):
-            stream += append_record(seed, i, s)
-            s += 1
-        if tail != stream[:len(tail)]:
-            c.problems.append(f"{name}: {len(tail)} bytes after the fsynced records are not what was written next "
-                              f"(first difference at byte {len(want) + _first_difference(tail, stream)})")
-        elif exact and tail:
-            c.problems.append(f"{name}: {len(tail)} bytes after the last logged record although the writer "
-                              f"logged every operation it made")
+        _check_append_file(d, i, logged, seed, exact, c, expected_names)
     for j in range(REPLACE_FILES):
-        name, v = f"r{j}", logged.versions[j]
-        try:
-            got = _read_replaced(d / name, c)
-        except FileNotFoundError:
-            if v is not None:
-                c.problems.append(f"{name}: missing (version {v} was renamed into place and the directory fsynced)")
-            continue
-        expected_names.add(name)
-        have = replace_version_of(got, j)
-        if have is None or got != replace_content(seed, j, have):
-            c.problems.append(f"{name}: {len(got)} bytes that are no whole version (first line {got[:40]!r})")
-        elif v is not None and have < v:
-            c.problems.append(f"{name}: version {have}, older than the durable version {v}")
-        elif exact and v is not None and have != v:
-            c.problems.append(f"{name}: version {have}, but the last one written was {v}")
-        elif v is not None:
-            # Every logged version was durable in turn; the last one (or a newer one) is here.
-            c.records_found += 1 + v
-            c.bytes_found += len(replace_content(seed, j, v))
-        if v is not None:
-            c.bytes_logged += len(replace_content(seed, j, v))
+        _check_replace_file(d, j, logged, seed, exact, c, expected_names)
     for k in range(logged.created):
-        name = f"n{k}"
-        expected_names.add(name)
-        want = create_content(seed, k)
-        c.bytes_logged += len(want)
-        try:
-            got = (d / name).read_bytes()
-        except FileNotFoundError:
-            c.problems.append(f"{name}: missing (created, fsynced, directory fsynced)")
-            continue
-        if got != want:
-            c.problems.append(f"{name}: {len(got)} bytes, expected {len(want)}, differ at byte "
-                              f"{_first_difference(got, want)}")
-            continue
-        c.records_found += 1
-        c.bytes_found += len(got)
-    present = set(os.listdir(d))
-    extra = present - expected_names
-    if exact and extra:
-        c.problems.append(f"names nobody logged: {sorted(extra)}")
-    elif not exact:
-        # The writer may be running, or was killed: files it created after the log was read (n<k> for k at or
-        # beyond the logged count, holding a prefix of their content) and a replace file's temporary.
-        for name in sorted(extra):
-            if name in {f"r{j}.tmp" for j in range(REPLACE_FILES)}:
-                continue
-            k = int(name[1:]) if name[:1] == "n" and name[1:].isdigit() else -1
-            if k < logged.created:
-                c.problems.append(f"{name}: a name nobody wrote")
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                got = (d / name).read_bytes()
-                if got != create_content(seed, k)[:len(got)]:
-                    c.problems.append(f"{name} (not logged yet) holds bytes nobody wrote")
+        _check_created_file(d, k, seed, c, expected_names)
+    _check_other_names(d, logged, seed, exact, c, expected_names)
     return c
+
+
+def _check_append_file(d: Path, i: int, logged: Logged, seed: int, exact: bool, c: Check,
+                       expected_names: set[str]) -> None:
+    """Append file a<i>: the logged records are its first bytes, and what follows continues the stream."""
+    name = f"a{i}"
+    expected_names.add(name)
+    want = b"".join(append_record(seed, i, s) for s in range(logged.appends[i]))
+    c.bytes_logged += len(want)
+    try:
+        got = (d / name).read_bytes()
+    except FileNotFoundError:
+        if logged.appends[i] or exact:
+            c.problems.append(f"{name}: missing")
+        return
+    if got[:len(want)] != want:
+        k = _first_difference(got, want)
+        c.problems.append(f"{name}: {len(got)} bytes; the {logged.appends[i]} fsynced records "
+                          f"({len(want)} bytes) differ at byte {k}")
+        # Count the whole records that are there.
+        end = 0
+        for s in range(logged.appends[i]):
+            end += len(append_record(seed, i, s))
+            if end > k:
+                break
+            c.records_found += 1
+            c.bytes_found += len(append_record(seed, i, s))
+        return
+    c.records_found += logged.appends[i]
+    c.bytes_found += len(want)
+    # What follows must continue the stream: a suffix of records the writer wrote but did not log.
+    tail = got[len(want):]
+    s, stream = logged.appends[i], b""
+    while len(stream) < len(tail):
+        stream += append_record(seed, i, s)
+        s += 1
+    if tail != stream[:len(tail)]:
+        c.problems.append(f"{name}: {len(tail)} bytes after the fsynced records are not what was written next "
+                          f"(first difference at byte {len(want) + _first_difference(tail, stream)})")
+    elif exact and tail:
+        c.problems.append(f"{name}: {len(tail)} bytes after the last logged record although the writer "
+                          f"logged every operation it made")
+
+
+def _check_replace_file(d: Path, j: int, logged: Logged, seed: int, exact: bool, c: Check,
+                        expected_names: set[str]) -> None:
+    """Replace file r<j>: one whole version, not older than the last logged (exactly it when `exact`)."""
+    name, v = f"r{j}", logged.versions[j]
+    try:
+        got = _read_replaced(d / name, c)
+    except FileNotFoundError:
+        if v is not None:
+            c.problems.append(f"{name}: missing (version {v} was renamed into place and the directory fsynced)")
+        return
+    expected_names.add(name)
+    have = replace_version_of(got, j)
+    if have is None or got != replace_content(seed, j, have):
+        c.problems.append(f"{name}: {len(got)} bytes that are no whole version (first line {got[:40]!r})")
+    elif v is not None and have < v:
+        c.problems.append(f"{name}: version {have}, older than the durable version {v}")
+    elif exact and v is not None and have != v:
+        c.problems.append(f"{name}: version {have}, but the last one written was {v}")
+    elif v is not None:
+        # Every logged version was durable in turn; the last one (or a newer one) is here.
+        c.records_found += 1 + v
+        c.bytes_found += len(replace_content(seed, j, v))
+    if v is not None:
+        c.bytes_logged += len(replace_content(seed, j, v))
+
+
+def _check_created_file(d: Path, k: int, seed: int, c: Check, expected_names: set[str]) -> None:
+    """Created file n<k> (logged): it exists with its exact content."""
+    name = f"n{k}"
+    expected_names.add(name)
+    want = create_content(seed, k)
+    c.bytes_logged += len(want)
+    try:
+        got = (d / name).read_bytes()
+    except FileNotFoundError:
+        c.problems.append(f"{name}: missing (created, fsynced, directory fsynced)")
+        return
+    if got != want:
+        c.problems.append(f"{name}: {len(got)} bytes, expected {len(want)}, differ at byte "
+                          f"{_first_difference(got, want)}")
+        return
+    c.records_found += 1
+    c.bytes_found += len(got)
+
+
+def _check_other_names(d: Path, logged: Logged, seed: int, exact: bool, c: Check,
+                       expected_names: set[str]) -> None:
+    """Names nobody logged: none when `exact`; otherwise only what a running or killed writer may have made
+    after the log was read (n<k> for k at or beyond the logged count, holding a prefix of their content, and a
+    replace file's temporary)."""
+    extra = set(os.listdir(d)) - expected_names
+    if exact:
+        if extra:
+            c.problems.append(f"names nobody logged: {sorted(extra)}")
+        return
+    for name in sorted(extra):
+        if name in {f"r{j}.tmp" for j in range(REPLACE_FILES)}:
+            continue
+        k = int(name[1:]) if name[:1] == "n" and name[1:].isdigit() else -1
+        if k < logged.created:
+            c.problems.append(f"{name}: a name nobody wrote")
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            got = (d / name).read_bytes()
+            if got != create_content(seed, k)[:len(got)]:
+                c.problems.append(f"{name} (not logged yet) holds bytes nobody wrote")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -394,10 +419,11 @@ class Writer:
 
     def __init__(self, directory: Path, log: Path, stop: Path, seed: int) -> None:
         self.directory, self.log, self.stop_file, self.seed = directory, log, stop, seed
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "writer", "--dir",
-                                      str(directory), "--log", str(log), "--seed", str(seed), "--stop", str(stop)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.durability", "writer", "--dir", str(directory),
+                                      "--log", str(log), "--seed", str(seed), "--stop", str(stop)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=env, start_new_session=True)
 
     def logged(self) -> Logged:
         return read_log(self.log)
@@ -423,14 +449,7 @@ class Writer:
 
 
 def _poll(predicate: Callable[[], object], timeout_s: float, what: str) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.1f}s waiting for {what}")
-        time.sleep(0.01)
+    return wait_until(predicate, timeout_s, what, interval_s=0.01)
 
 
 def _kill_moment(writer: Writer, seed: int) -> None:
@@ -547,5 +566,5 @@ def run_total_crash_round(index: int, mnt_dir: Path, work: Path, seed: int, kill
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "writer":
         sys.exit(writer_main(sys.argv[2:]))
-    print("usage: fs_durability_workload.py writer --dir D --log L --seed S --stop FILE", file=sys.stderr)
+    print("usage: python3 -m harness.durability writer --dir D --log L --seed S --stop FILE", file=sys.stderr)
     sys.exit(2)

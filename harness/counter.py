@@ -1,20 +1,10 @@
-"""Helpers for the cluster integration tests (test_cluster_*.py) that conftest.py does not provide.
-
-  CounterStream      a background stream of short `bftfs counter --requests R` runs, one fresh client id per
-                     run, recording every run's outcome (the values clients saw acknowledged)
-  LoadProcess        one closed-loop `bftfs counter --clients K` process in the background
-  kill_all           SIGKILL several daemons at (nearly) the same instant, then reap them
-  wait_caught_up     polls until replicas' status.json last_executed reach a target
-  wait_converged     polls until replicas report one and the same last_executed
-  status_value       reads a key of a (possibly nested) status.json object
-
-Everything here is bounded: a stream stops when told to, when its client ids run out, or at its deadline;
-every process it starts is in its own process group and is killed by stop()/close().
-"""
+"""The counter client, `bftfs counter ... --json`: one run to completion, a background stream of short runs,
+and a background closed-loop load. Every process runs in its own process group and is killed on a timeout."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -24,82 +14,71 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from conftest import Cluster, Daemon, parse_json_output, wait_until
+from harness.procs import run_in_group
+from harness.waiting import wait_until
 
 
-def status_value(status: dict | None, key: str):
-    """`key` from a status.json object, searching nested objects (keys are unique across the nesting)."""
-    if not isinstance(status, dict):
-        return None
-    if key in status:
-        return status[key]
-    for v in status.values():
-        if isinstance(v, dict):
-            found = status_value(v, key)
-            if found is not None:
-                return found
-    return None
-
-
-def last_executed(cluster: Cluster, i: int) -> int | None:
-    return status_value(cluster.status(i), "last_executed")
-
-
-def wait_caught_up(cluster: Cluster, ids: Iterable[int], target: int, timeout_s: float, what: str) -> None:
-    """Polls until every replica in `ids` reports last_executed >= `target`."""
-    ids = list(ids)
-
-    def done() -> bool:
-        return all((last_executed(cluster, i) or 0) >= target for i in ids)
-
+def parse_json_output(text: str) -> dict:
+    """The JSON object a `--json` command printed: the whole stdout, or else its last line that is an object
+    (so a log line before it does not break parsing). ValueError if there is none."""
+    text = text.strip()
     try:
-        wait_until(done, timeout_s, what)
-    except TimeoutError as e:
-        seen = {i: last_executed(cluster, i) for i in ids}
-        raise AssertionError(f"{e}: last_executed {seen}, target {target}") from None
+        value = json.loads(text)
+    except ValueError:
+        value = None
+        for line in reversed(text.splitlines()):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    value = json.loads(line)
+                    break
+                except ValueError:
+                    continue
+    if not isinstance(value, dict):
+        raise ValueError(f"no JSON object in output:\n{text[-2000:]}")
+    return value
 
 
-def wait_converged(cluster: Cluster, ids: Iterable[int], timeout_s: float, above: int = 0) -> int:
-    """Polls until every replica in `ids` reports the same last_executed, greater than `above`, and returns it.
-    Status files are refreshed about every 500 ms, so a read may be stale: pass in `above` what must already be
-    covered (e.g. a value read before the last requests were sent)."""
-    ids = list(ids)
+def counter_argv(bftfs: Path, config: Path, client_id: int, *, requests: int | None = None, norep: bool = False,
+                 server: str | None = None, clients: int | None = None, duration_s: float | None = None,
+                 extra: Iterable[object] = (), prefix: Sequence[str] = ()) -> list[str]:
+    """`bftfs counter --config CONFIG --id CLIENT_ID --json ...` after `prefix`. With norep=True the client talks
+    to the NO-REP server at `server` ("host:port"; the client's default is replica 0's address)."""
+    argv = list(prefix) + [str(bftfs), "counter", "--config", str(config), "--id", str(client_id), "--json"]
+    if requests is not None:
+        argv += ["--requests", str(requests)]
+    if norep:
+        argv.append("--norep")
+        if server is not None:
+            argv += ["--server", server]
+    if clients is not None:
+        argv += ["--clients", str(clients)]
+    if duration_s is not None:
+        argv += ["--duration-s", f"{duration_s:g}"]
+    return argv + [str(a) for a in extra]
 
-    def same():
-        seen = {last_executed(cluster, i) for i in ids}
-        if len(seen) != 1 or None in seen:
-            return None
-        value = seen.pop()
-        return value if value > above else None
 
+def run_counter(argv: Sequence[str], timeout_s: float = 300.0) -> dict:
+    """Runs one counter command line to completion and returns its JSON. RuntimeError with its stderr if it
+    fails, does not finish within `timeout_s` (it is killed), or prints no JSON."""
+    done = run_in_group(argv, timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}; stderr:\n{done.stderr.strip()[-4000:]}")
     try:
-        return wait_until(same, timeout_s, f"replicas {ids} to report the same last_executed")
-    except TimeoutError as e:
-        raise AssertionError(f"{e}: {[cluster.status(i) for i in ids]}") from None
+        return parse_json_output(done.stdout)
+    except ValueError as e:
+        raise RuntimeError(f"{' '.join(argv)}: {e}; stderr:\n{done.stderr.strip()[-2000:]}") from None
 
 
-def kill_all(daemons: Sequence[Daemon]) -> None:
-    """SIGKILL every daemon's process group first, then reap them all, so the crashes are near-simultaneous."""
-    for d in daemons:
-        if d.proc is not None and d.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(d.proc.pid, signal.SIGKILL)
-    for d in daemons:
-        d.kill()  # reaps (and re-signals harmlessly)
+def counter(bftfs: Path, config: Path, client_id: int, *, timeout_s: float = 300.0, **options) -> dict:
+    """run_counter(counter_argv(bftfs, config, client_id, **options), timeout_s)."""
+    return run_counter(counter_argv(bftfs, config, client_id, **options), timeout_s)
 
 
-def _run_group(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess:
-    """subprocess.run in a new process group that is killed whole on timeout."""
-    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return subprocess.CompletedProcess(proc.args, -9, out, err + "\n[killed: timeout or interrupt]")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+def counter_help(bftfs: Path) -> str:
+    """`bftfs counter --help` (to detect optional features such as --timeline-ms)."""
+    done = subprocess.run([str(bftfs), "counter", "--help"], capture_output=True, text=True, timeout=10)
+    return done.stdout + done.stderr
 
 
 @dataclass
@@ -149,7 +128,7 @@ class CounterStream:
                                   "--requests", str(self.requests_per_run), "--warmup", "0",
                                   "--timeout-s", f"{self.cli_timeout_s:g}", "--json"]
             t0 = time.monotonic()
-            done = _run_group(argv, self.cli_timeout_s + 30)
+            done = run_in_group(argv, self.cli_timeout_s + 30)
             run = StreamRun(cid, self.requests_per_run, t0, time.monotonic(), done.returncode == 0)
             if run.ok:
                 try:

@@ -1,4 +1,5 @@
-"""Shared pieces of the POSIX conformance suite (tests/integration/test_posix_*.py).
+"""The POSIX conformance suite's fixtures and helpers (tests/integration/test_posix_*.py load this module with
+`pytest_plugins = ["posix_suite"]`); the processes are the harness's (harness/).
 
 The suite checks that a bftfs mount behaves like a local POSIX file system, broadly and not only on the paths
 the benchmarks take (conformance suites and file-system exercisers will be run against it by others). Every
@@ -20,9 +21,10 @@ Where the suite runs (the session fixture `posix_root`):
   BFTFS_POSIX_KEEP=1    keep the work directory (the mount's and the replicas' logs) at the end.
 
 Each test gets `d`, a fresh empty directory (mode 0755, owned by root) under the session root, so tests never
-see each other's files. Unprivileged callers are real processes: `as_user(USER_A, fn, ...)` forks, drops to the
-user's uid, gid and groups (setgroups/setresgid/setresuid), runs fn and returns its value or re-raises its
-OSError with the same errno, so a permission test reads `with raises_errno(EACCES): as_user(USER_B, open_rw, p)`.
+see each other's files. Unprivileged callers are real processes: `as_user(USER_A, fn, ...)` (harness.users)
+forks, drops to the user's uid, gid and groups (setgroups/setresgid/setresuid), runs fn and returns its value or
+re-raises its OSError with the same errno, so a permission test reads
+`with raises_errno(EACCES): as_user(USER_B, open_rw, p)`.
 """
 
 from __future__ import annotations
@@ -32,35 +34,25 @@ import ctypes
 import ctypes.util
 import errno
 import os
-import pickle
 import shutil
 import signal
 import stat
-import subprocess
 import tempfile
 import threading
 import time
-import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
-from conftest import _PORTS, Daemon, find_build_dir, wait_until
-
-MOUNT_TIMEOUT_S = float(os.environ.get("BFTFS_MOUNT_TIMEOUT_S", "20"))
+from harness.binaries import build_dir
+from harness.cli_cluster import CliCluster
+from harness.mount import Mount, is_mountpoint, mount_supported
+from harness.users import User
 
 # ---------------------------------------------------------------------------------------------------------
 # Users. Numbers chosen to collide with nothing on a test machine; they need no /etc/passwd entries because the
 # suite sets credentials directly.
-
-
-@dataclass(frozen=True)
-class User:
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
 
 
 ROOT = User(0, 0, (0,))
@@ -69,45 +61,6 @@ GROUP_C_ONLY = 47203          # a group only USER_C is in
 USER_A = User(47101, 47101, (47101, GROUP_SHARED))
 USER_B = User(47102, 47102, (47102, GROUP_SHARED))
 USER_C = User(47103, 47103, (47103, GROUP_C_ONLY))
-
-
-def as_user(user: User, fn: Callable, *args, **kwargs):
-    """Runs fn(*args, **kwargs) in a forked child with `user`'s credentials and returns its (picklable) value.
-    An OSError in the child is re-raised here with the same errno and message; any other exception becomes
-    an AssertionError carrying the child's traceback. The child never returns into pytest (os._exit)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 0
-        try:
-            os.close(r)
-            os.setgroups(list(user.groups))
-            os.setresgid(user.gid, user.gid, user.gid)
-            os.setresuid(user.uid, user.uid, user.uid)
-            try:
-                out = ("ok", fn(*args, **kwargs))
-            except OSError as e:
-                out = ("oserror", e.errno, str(e))
-            except BaseException:  # noqa: B902 -- everything must reach the parent
-                out = ("exception", traceback.format_exc())
-            data = pickle.dumps(out)
-            with os.fdopen(w, "wb") as f:
-                f.write(data)
-        except BaseException:
-            code = 70
-        finally:
-            os._exit(code)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and data, f"as_user child for {user} failed to report"
-    out = pickle.loads(data)
-    if out[0] == "ok":
-        return out[1]
-    if out[0] == "oserror":
-        raise OSError(out[1], f"as uid {user.uid}: {out[2]}")
-    raise AssertionError(f"as uid {user.uid}: {out[1]}")
 
 
 @contextlib.contextmanager
@@ -203,86 +156,39 @@ def _searchable_by_others(path: Path) -> bool:
     return True
 
 
-def _is_mountpoint(path: Path) -> bool:
-    target = os.fsencode(path)
-    with open("/proc/self/mountinfo", "rb") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) > 4 and fields[4].replace(b"\\040", b" ") == target:
-                return True
-    return False
-
-
-def _mount_supported(bftfs: Path) -> tuple[bool, str]:
-    try:
-        out = subprocess.run([str(bftfs), "mount", "--help"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, f"`bftfs mount --help` failed: {e}"
-    text = out.stdout + out.stderr
-    if out.returncode != 0 or "--local" not in text:
-        return False, "`bftfs mount --local` does not exist yet (the FUSE client is not merged into this build)"
-    return True, ""
-
-
 class LocalMount:
     """`bftfs mount --local DATA MNT` for the session (or, with `cluster` = "pbft" or "norep", a cluster
     started by `bftfs cluster start --service fs` and `bftfs mount --relay`). Readiness is MNT becoming a
     mount point. close() always unmounts and stops every process it started."""
 
     def __init__(self, bftfs: Path, root: Path, cluster: str | None = None) -> None:
-        self.bftfs = bftfs
         self.root = root
         self.data = root / "data"
         self.mnt = root / "mnt"
-        self.cluster_dir = root / "cluster" if cluster else None
-        self.cluster = cluster
         self.data.mkdir()
         self.mnt.mkdir()
+        self.cluster = (CliCluster(bftfs, root / "cluster", service="fs", norep=cluster == "norep", ports=6)
+                        if cluster else None)
         extra = os.environ.get("BFTFS_MOUNT_ARGS", "").split()
-        backend = ["--relay", self.cluster_dir / "relay.sock"] if cluster else ["--local", self.data]
-        # -f: the daemon stays in the foreground, so this fixture owns (and always stops) the process.
-        self.daemon = Daemon("mount", [bftfs, "mount", "-f", *backend, self.mnt, *extra], root / "mount.log")
+        backend = ["--relay", self.cluster.relay_sock] if self.cluster else ["--local", self.data]
+        self.mount = Mount(bftfs, self.mnt, root / "mount.log", backend, extra)
 
     def start(self) -> None:
-        if self.cluster:
-            argv = [str(self.bftfs), "cluster", "start", "--dir", str(self.cluster_dir), "--f", "1",
-                    "--base-port", str(_PORTS.alloc(6)), "--service", "fs"]
-            if self.cluster == "norep":
-                argv.append("--norep")
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-            if out.returncode != 0:
-                self.close()
-                raise RuntimeError(f"{' '.join(argv)} failed:\n{out.stdout}{out.stderr}")
-        self.daemon.start()
-
-        def mounted() -> bool:
-            if _is_mountpoint(self.mnt):
-                return True
-            if not self.daemon.alive() and self.daemon.proc.returncode != 0:
-                raise RuntimeError(f"bftfs mount exited with {self.daemon.proc.returncode}:\n"
-                                   f"{self.daemon.log_tail()}")
-            return False
-
         try:
-            wait_until(mounted, MOUNT_TIMEOUT_S, f"{self.mnt} to be mounted")
-        except TimeoutError as e:
+            if self.cluster:
+                self.cluster.start()
+            self.mount.start()
+        except BaseException:
             self.close()
-            raise TimeoutError(f"{e}; log tail:\n{self.daemon.log_tail()}") from None
+            raise
 
     def close(self) -> None:
-        # `bftfs umount` waits for the daemon to make its writes final; a daemon whose backend is stuck (a
-        # finding) would keep it waiting: then the daemon is stopped (SIGTERM gives its writes 10 s, then it
-        # exits and says what it lost).
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            if _is_mountpoint(self.mnt):
-                subprocess.run([str(self.bftfs), "umount", str(self.mnt)], capture_output=True, timeout=30)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            if _is_mountpoint(self.mnt):  # the client's own unmount failed: do not leave a mount behind
-                subprocess.run(["fusermount3", "-u", "-z", str(self.mnt)], capture_output=True, timeout=30)
-        self.daemon.stop()
-        if self.cluster_dir is not None and (self.cluster_dir / "cluster.conf").exists():
-            subprocess.run([str(self.bftfs), "cluster", "stop", "--dir", str(self.cluster_dir)],
-                           capture_output=True, timeout=60)
+        # Mount.stop: `bftfs umount` waits for the daemon to make its writes final; a daemon whose backend is
+        # stuck (a finding) would keep it waiting: then the mount is detached and the daemon stopped (SIGTERM
+        # gives its writes 10 s, then it exits and says what it lost).
+        self.mount.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
 
 
 @pytest.fixture(scope="session")
@@ -300,10 +206,10 @@ def posix_root() -> Iterator[Path]:
             finally:
                 shutil.rmtree(root, ignore_errors=True)
             return
-        bftfs = find_build_dir() / "cli" / "bftfs"
+        bftfs = build_dir() / "cli" / "bftfs"
         if not os.access(bftfs, os.X_OK):
             pytest.skip(f"{bftfs} is not built (run `make`), and BFTFS_POSIX_DIR is not set")
-        ok, why = _mount_supported(bftfs)
+        ok, why = mount_supported(bftfs)
         if not ok:
             pytest.skip(why)
         if not os.path.exists("/dev/fuse"):
@@ -325,7 +231,7 @@ def posix_root() -> Iterator[Path]:
             mount.close()
             if os.environ.get("BFTFS_POSIX_KEEP"):
                 print(f"\nposix suite: kept {work} (BFTFS_POSIX_KEEP): mount.log, cluster/*.log")
-            elif not _is_mountpoint(mount.mnt):
+            elif not is_mountpoint(mount.mnt):
                 shutil.rmtree(work, ignore_errors=True)
     finally:
         os.umask(old_umask)
