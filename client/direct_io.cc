@@ -54,6 +54,7 @@ void FuseClient::Impl::invalidate_range(FuseIno id, std::uint64_t off, std::uint
 
 void FuseClient::Impl::write_direct(fuse_req_t req, FuseIno id, const fs::Handle& h, const char* buf, size_t size,
                                     std::uint64_t off, const OpenFile* of, bool append) {
+  BFT_ASSERT(size <= kWriteOpsPerRequest * fs::kIoBytesMax);  // write() refused larger ones
   ++stats.direct_writes;
   InterruptScope scope(req, table, stopping);
   // Dirty pages of a shared mapping of this range become WRITEs before this one, so the direct write lands
