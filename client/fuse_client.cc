@@ -285,7 +285,10 @@ std::string ClientCounters::json() const {
       .add("stage_sends_close", stage_sends_close.load())
       .add("stage_sends_fsync", stage_sends_fsync.load())
       .add("stage_sends_mutation", stage_sends_mutation.load())
-      .add("stage_sends_other", stage_sends_other.load());
+      .add("stage_sends_other", stage_sends_other.load())
+      .add("direct_writes", direct_writes.load())
+      .add("direct_reads", direct_reads.load())
+      .add("direct_invalidations", direct_invalidations.load());
   return j.str() + "\n";
 }
 

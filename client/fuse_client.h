@@ -66,6 +66,9 @@ struct ClientCounters {
   std::atomic<std::uint64_t> stage_sends_full{0}, stage_sends_timer{0}, stage_sends_getattr{0},
       stage_sends_read{0}, stage_sends_close{0}, stage_sends_fsync{0}, stage_sends_mutation{0},
       stage_sends_other{0};
+  // Direct I/O (docs/CLIENT.md "Direct I/O"): writes taken synchronously, reads of O_DIRECT descriptors
+  // that wrote mapped pages back first, and the page-cache invalidations both asked the kernel for.
+  std::atomic<std::uint64_t> direct_writes{0}, direct_reads{0}, direct_invalidations{0};
   std::string json() const;
 };
 

@@ -13,6 +13,7 @@
 //   handlers_data.cc   open, create, read (and the open-time prefetch), write, flush, fsync, release
 //   handlers_dirs.cc   opendir, readdir(plus), releasedir
 //   write_staging.cc   write-behind: staging, coalescing and sending the data of write()
+//   direct_io.cc       O_DIRECT: synchronous direct writes that leave no stale cached page of their range
 //   orphans.cc         open-unlinked files: hiding them in /.bftfs-orphans and removing them at the last close
 //
 // The reply rule (libfuse's low-level API; example/passthrough_hp.cc is the model): every handler replies
@@ -90,6 +91,9 @@ struct OpenFile {
   FuseIno node = 0;
   int flags = 0;
   fs::Cred cred;  // the opener's: I/O on the descriptor was authorized at open (see io_cred)
+  // Opened with O_DIRECT and answered FOPEN_DIRECT_IO: the kernel sends every read and write of it straight
+  // here, never through its page cache (direct_io.cc).
+  bool direct = false;
 };
 
 // What one waited-for request gave.
@@ -326,6 +330,22 @@ struct FuseClient::Impl {
   bool wants_prefetch(const NodeSnapshot& s, int flags);
   bool serve_prefetched(fuse_req_t req, FuseIno id, std::size_t size, std::uint64_t off);
   void drop_prefetch(FuseIno id);
+
+  // ---- direct I/O (direct_io.cc) ----
+
+  // Whether a WRITE comes from the kernel's direct-I/O path (its sender holds no page lock): every write of
+  // a descriptor opened with O_DIRECT, and the direct writes of one switched to O_DIRECT by fcntl.
+  static bool is_direct_write(const OpenFile* of, const fuse_file_info* fi);
+  // The WRITE of [off, off + size) (`append`: at the service's end of file) as a direct write: final before
+  // the reply, with this mount's cached pages of its range dropped after it. Valid replies: write, err.
+  void write_direct(fuse_req_t req, FuseIno id, const fs::Handle& h, const char* buf, size_t size,
+                    std::uint64_t off, const OpenFile* of, bool append);
+  // Before a direct read of a descriptor opened with O_DIRECT: dirty mapped pages of the range are written
+  // back (and the range's cached pages dropped), so that the read sees them. Does nothing for other reads.
+  void before_direct_read(const OpenFile* of, const fuse_file_info* fi, FuseIno id, size_t size, off_t off);
+  // Drops the kernel's cached pages of [off, off + len) of `id` (writing dirty ones back first) and its
+  // attributes. Only from a handler whose request's sender holds no page lock (direct_io.cc says why).
+  void invalidate_range(FuseIno id, std::uint64_t off, std::uint64_t len);
 
   // ---- handlers: directories (handlers_dirs.cc) ----
 

@@ -28,6 +28,15 @@ std::uint8_t open_wants(int flags) {
 
 int to_errno_or_zero(std::uint32_t e) { return e == 0 ? 0 : static_cast<int>(e); }
 
+// An open with O_DIRECT is answered FOPEN_DIRECT_IO: the kernel then sends every read and write of the
+// descriptor here instead of going through its page cache, so no WRITE of it is sent with page locks held and
+// direct_io.cc can drop the range's cached pages after the write (docs/CLIENT.md "Direct I/O").
+void set_direct(OpenFile* of, fuse_file_info* fi) {
+  if ((fi->flags & O_DIRECT) == 0) return;
+  fi->direct_io = 1;
+  of->direct = true;
+}
+
 }  // namespace
 
 // The credentials for I/O on an open descriptor. POSIX checks permission at open, not per read or write:
@@ -135,7 +144,8 @@ void FuseClient::Impl::open(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
   fi->keep_cache = keep ? 1 : 0;
   // O_APPEND descriptors use the page cache like any other (so they can be mapped: direct_io would forbid
   // shared mappings, and libfuse 3.14 cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP); write() places the data
-  // where the service's end is (see write()).
+  // where the service's end is (see write()). O_DIRECT ones bypass it (direct_io.cc).
+  set_direct(of, fi);
   if (freply_open(req, fi) != 0) {
     (void)table.released(id);
     delete of;
@@ -180,6 +190,7 @@ void FuseClient::Impl::create(fuse_req_t req, FuseIno parent, const char* name, 
   auto* of = new OpenFile{id, fi->flags, cred};
   fi->fh = reinterpret_cast<std::uint64_t>(of);
   fi->keep_cache = 1;
+  set_direct(of, fi);
   fuse_entry_param e{};
   e.ino = id;
   e.generation = attr.generation;
@@ -199,6 +210,7 @@ void FuseClient::Impl::read(fuse_req_t req, FuseIno id, size_t size, off_t off, 
   const auto h = handle_of(id);
   if (!h) return (void)freply_err(req, ESTALE);
   if (off < 0) return (void)freply_err(req, EINVAL);
+  before_direct_read(of, fi, id, size, off);
   InterruptScope scope(req, table, stopping);
   // Read-your-writes: the data of our writes in flight is only in the service once they are final.
   kick_writes(id, stats.stage_sends_read);
@@ -234,6 +246,9 @@ void FuseClient::Impl::write(fuse_req_t req, FuseIno id, const char* buf, size_t
   const bool append_mode = of != nullptr && (of->flags & O_APPEND) != 0;
   if (!append_mode && static_cast<std::uint64_t>(off) + size > kFileBytesMax) {
     return (void)freply_err(req, EFBIG);
+  }
+  if (is_direct_write(of, fi)) {
+    return write_direct(req, id, *h, buf, size, static_cast<std::uint64_t>(off), of, append_mode);
   }
   {
     InterruptScope scope(req, table, stopping);
