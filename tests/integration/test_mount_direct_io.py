@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from bftfs_mount import Mount
-from conftest import wait_until
-from test_relay import Relay, short_dir
+from harness.mount import Mount
+from harness.relay import Relay, short_dir
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.fuse
 
