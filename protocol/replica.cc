@@ -36,8 +36,8 @@
 #include "common/assert.h"
 #include "common/log.h"
 #include "common/prng.h"
+#include "protocol/new_view_decision.h"
 #include "protocol/replica_client_table.h"
-#include "protocol/replica_view_change.h"
 #include "protocol/state_transfer.h"
 
 namespace bftfs {

@@ -1,5 +1,5 @@
-// The new-view decision procedure (TOCS §4.5); see replica_view_change.h.
-#include "protocol/replica_view_change.h"
+// The new-view decision procedure (TOCS §4.5); see new_view_decision.h.
+#include "protocol/new_view_decision.h"
 
 #include <algorithm>
 #include <map>
