@@ -59,22 +59,16 @@ struct Indexed {
   std::vector<std::vector<const PreparedClaim*>> q;  // [n - h* - 1] -> Q entries
 };
 
-}  // namespace
-
-std::optional<NewViewDecision> decide_new_view(std::span<const ViewChange* const> vcs, std::uint32_t f,
-                                               std::uint64_t log_window) {
-  const std::size_t quorum = 2 * static_cast<std::size_t>(f) + 1;
-  const std::size_t weak = static_cast<std::size_t>(f) + 1;
-  if (vcs.size() < quorum) return std::nullopt;
-
-  // ---- the checkpoint: highest seq with 2f+1 stable_seq <= seq and f+1 matching C entries ----
+// The checkpoint (h*, d*): the highest seq with 2f+1 messages whose stable_seq <= seq and f+1 matching C
+// entries. Writes it into `decision`; false if no seq qualifies.
+bool choose_checkpoint(std::span<const ViewChange* const> vcs, std::size_t quorum, std::size_t weak,
+                       NewViewDecision& decision) {
   std::map<std::pair<std::uint64_t, Digest>, std::size_t> claims;
   for (const ViewChange* vc : vcs) {
     BFT_ASSERT(vc != nullptr);
     for (const CheckpointClaim& c : vc->checkpoints) claims[{c.seq, c.digest}]++;
   }
   bool found = false;
-  NewViewDecision decision;
   // Iterate from the highest (seq, digest); the first digest in map order wins a tie at one seq, which only a
   // Byzantine majority could produce, and keeps the result independent of the order of `vcs`.
   for (auto it = claims.rbegin(); it != claims.rend(); ++it) {
@@ -94,9 +88,11 @@ std::optional<NewViewDecision> decide_new_view(std::span<const ViewChange* const
     decision.checkpoint_seq = key.first;
     decision.checkpoint_digest = key.second;
   }
-  if (!found) return std::nullopt;
-  const std::uint64_t h = decision.checkpoint_seq;
+  return found;
+}
 
+// The P and Q entries of every message in (h, h + log_window], indexed by seq - h - 1.
+std::vector<Indexed> index_claims(std::span<const ViewChange* const> vcs, std::uint64_t h, std::uint64_t log_window) {
   std::vector<Indexed> index(vcs.size());
   for (std::size_t i = 0; i < vcs.size(); i++) {
     Indexed& ix = index[i];
@@ -112,50 +108,74 @@ std::optional<NewViewDecision> decide_new_view(std::span<const ViewChange* const
       ix.q[q.seq - h - 1].push_back(&q);
     }
   }
+  return index;
+}
+
+// Rule (A) at seq n (index k): of the P entries for n that satisfy A1 and A2, the one with the highest view
+// (then the smallest digest), so that the result does not depend on the order of S; nullptr if none does.
+const PreparedClaim* choose_prepared(const std::vector<Indexed>& index, std::uint64_t k, std::uint64_t n,
+                                     std::size_t quorum, std::size_t weak) {
+  const PreparedClaim* best = nullptr;
+  for (const Indexed& m : index) {
+    const PreparedClaim* cand = m.p[k];
+    if (cand == nullptr) continue;
+    if (best != nullptr &&
+        (cand->view < best->view || (cand->view == best->view && !(cand->digest < best->digest)))) {
+      continue;
+    }
+    std::size_t a1 = 0;
+    std::size_t a2 = 0;
+    for (const Indexed& other : index) {
+      if (other.vc->stable_seq < n) {
+        const PreparedClaim* op = other.p[k];
+        if (op == nullptr || op->view < cand->view || (op->view == cand->view && op->digest == cand->digest)) {
+          a1++;
+        }
+      }
+      for (const PreparedClaim* q : other.q[k]) {
+        if (q->digest == cand->digest && q->view >= cand->view) {
+          a2++;
+          break;
+        }
+      }
+    }
+    if (a1 >= quorum && a2 >= weak) best = cand;
+  }
+  return best;
+}
+
+// Rule (B) at seq n (index k): the messages that say nothing prepared at n (stable_seq < n and no P entry).
+std::size_t count_nothing_prepared(const std::vector<Indexed>& index, std::uint64_t k, std::uint64_t n) {
+  std::size_t b = 0;
+  for (const Indexed& m : index) {
+    if (m.vc->stable_seq < n && m.p[k] == nullptr) b++;
+  }
+  return b;
+}
+
+}  // namespace
+
+std::optional<NewViewDecision> decide_new_view(std::span<const ViewChange* const> vcs, std::uint32_t f,
+                                               std::uint64_t log_window) {
+  const std::size_t quorum = 2 * static_cast<std::size_t>(f) + 1;
+  const std::size_t weak = static_cast<std::size_t>(f) + 1;
+  if (vcs.size() < quorum) return std::nullopt;
+  NewViewDecision decision;
+  if (!choose_checkpoint(vcs, quorum, weak, decision)) return std::nullopt;
+  const std::uint64_t h = decision.checkpoint_seq;
+  const std::vector<Indexed> index = index_claims(vcs, h, log_window);
 
   std::vector<NewViewChoice> choices;
   std::size_t last_prepared_choice = 0;  // choices.size() just after the last (A) choice
   for (std::uint64_t k = 0; k < log_window; k++) {
     const std::uint64_t n = h + 1 + k;
-    // (A): candidates are the P entries for n; pick the satisfied one with the highest view (then the
-    // smallest digest) so that the result does not depend on the order of S.
-    const PreparedClaim* best = nullptr;
-    for (const Indexed& m : index) {
-      const PreparedClaim* cand = m.p[k];
-      if (cand == nullptr) continue;
-      if (best != nullptr &&
-          (cand->view < best->view || (cand->view == best->view && !(cand->digest < best->digest)))) {
-        continue;
-      }
-      std::size_t a1 = 0;
-      std::size_t a2 = 0;
-      for (const Indexed& other : index) {
-        if (other.vc->stable_seq < n) {
-          const PreparedClaim* op = other.p[k];
-          if (op == nullptr || op->view < cand->view || (op->view == cand->view && op->digest == cand->digest)) {
-            a1++;
-          }
-        }
-        for (const PreparedClaim* q : other.q[k]) {
-          if (q->digest == cand->digest && q->view >= cand->view) {
-            a2++;
-            break;
-          }
-        }
-      }
-      if (a1 >= quorum && a2 >= weak) best = cand;
-    }
-    if (best != nullptr) {
+    if (const PreparedClaim* best = choose_prepared(index, k, n, quorum, weak)) {
       choices.push_back(NewViewChoice{n, best->digest, true});
       last_prepared_choice = choices.size();
       continue;
     }
     // (B): the null request if 2f+1 messages say nothing prepared at n.
-    std::size_t b = 0;
-    for (const Indexed& m : index) {
-      if (m.vc->stable_seq < n && m.p[k] == nullptr) b++;
-    }
-    if (b >= quorum) {
+    if (count_nothing_prepared(index, k, n) >= quorum) {
       choices.push_back(NewViewChoice{n, null_batch_digest(), false});
       continue;
     }
