@@ -1,31 +1,9 @@
-// The PBFT replica core (Castro & Liskov, "Practical Byzantine Fault Tolerance and Proactive Recovery", TOCS
-// 2002; cited as TOCS §x). See protocol/replica.h for the contract. The replica is a pure state machine: every
-// public call runs one handler, then `after_step()` drives whatever the new state allows (execution,
-// checkpoints, batching, read-only requests, state transfer), then the invariants are checked and the effects
-// are handed to the driver (through the Byzantine-behaviour filter when the simulator set one).
-//
-// Conventions used throughout:
-// - "durable before sent" (effects.h): a handler pushes the record that backs a message before (or in the same
-//   Effects as) the message; the driver writes every record of an Effects before sending any of its messages.
-// - Network input never asserts: every rejection increments one ReplicaStats counter. BFT_ASSERT is only for
-//   our own invariants.
-// - The log is a ring of L slots indexed by seq % L holding seqs in (h, h+L] (the watermarks, TOCS §2.5).
-//
-// Decisions beyond the paper (each is explained where it is implemented):
-// - 2f+1 matching COMMITs alone prove a batch committed; a replica that missed the pre-prepare (catch-up) or that
-//   changes views alone (it cannot return to the view the others run) executes it from that certificate
-//   (check_committed, on_old_commit).
-// - A BATCH-DATA is accepted only for a digest already decided (pre-prepare, NEW-VIEW choice, certificate).
-// - The new primary fetches the chosen bodies it lacks before it sends NEW-VIEW, so that it persists a
-//   PrePrepareRecord for every re-proposed seq first (try_new_view).
-// - The view-change timer waits for ordered batches to commit, not only to execute tentatively (update_timer).
-// - Execution stops while a state transfer is under way: the install replaces the state wholesale.
-// - Peers answer a STATUS only when the sender made no progress since its previous one, and at most once per
-//   half status interval per peer (on_status, may_help).
+// The replica's entry points: construction, call framing (every public call runs begin_call(); handler;
+// end_call()), dispatch of messages and ticks, and the public interface of protocol/replica.h. The state and the
+// map of the other parts are in replica_impl.h.
 #include "protocol/replica.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -35,37 +13,11 @@
 
 #include "common/assert.h"
 #include "common/log.h"
-#include "common/prng.h"
-#include "protocol/new_view_decision.h"
-#include "protocol/replica_client_table.h"
-#include "protocol/state_transfer.h"
+#include "protocol/replica_impl.h"
 
 namespace bftfs {
 
 namespace {
-
-// Bounds on what peers can make us hold (house style: limits on everything).
-constexpr std::size_t kFutureMessagesMax = 1024;            // messages for a view not yet entered
-constexpr std::size_t kFutureBytesMax = 64u << 20;          // their approximate size
-constexpr std::size_t kReadOnlyQueueMax = 4096;             // read-only requests waiting for a clean state
-constexpr std::size_t kForwardedMax = 4096;                 // request digests already forwarded to the primary
-constexpr std::uint64_t kStatusResendSeqsMax = 128;         // seqs retransmitted in answer to one STATUS
-constexpr std::size_t kQueuedRequestsMax = 1u << 16;        // requests known but not yet ordered, all clients
-constexpr std::uint64_t kQueuedBytesMax = 256ull << 20;     // and their operation bytes (requests are <= 1 MiB)
-constexpr std::uint64_t kStatusResendBytesMax = 16ull << 20; // batch bytes retransmitted in answer to one STATUS
-constexpr std::uint32_t kStatusBodyIntervals = 4;           // bodies for one stuck position: once per 4 intervals
-constexpr std::uint32_t kStatusHeartbeatIntervals = 10;     // a STATUS at least every 10 status intervals
-constexpr std::uint64_t kQuietPauseSeqs = 128;  // no quiet batches for this many seqs after a timer release
-constexpr std::uint32_t kBatchHoldTicksMax = 2;             // a batch hold ends at the latest on its 2nd tick
-
-int popcount(std::uint64_t v) { return std::popcount(v); }
-
-std::uint64_t batch_op_bytes(const Batch& b) {
-  std::uint64_t bytes = 0;
-  for (const Request& r : b.requests) bytes += r.op.size();
-  return bytes;
-}
-std::uint64_t bit_of(NodeId r) { return std::uint64_t{1} << r; }
 
 // Approximate in-memory size of a message, for the future-message buffer bound.
 std::size_t approx_bytes(const Message& m) {
@@ -78,409 +30,6 @@ std::size_t approx_bytes(const Message& m) {
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------------------------
-// State of one sequence number in the log.
-// ---------------------------------------------------------------------------------------------------------------
-namespace {
-
-struct VoteSet {
-  Digest digest;
-  std::uint64_t prepares = 0;  // bit r: replica r sent PREPARE(view, seq, digest)
-  std::uint64_t commits = 0;   // bit r: replica r sent COMMIT(view, seq, digest)
-};
-
-struct OldCommits {
-  std::uint64_t view = 0;
-  Digest digest;
-  std::uint64_t senders = 0;
-};
-
-struct Entry {
-  std::uint64_t seq = 0;   // 0: the slot is unused
-  std::uint64_t view = 0;  // the view of the ordering state below (votes, pre_prepared, prepared)
-
-  // The digest this replica orders at `seq`: from an accepted PRE-PREPARE, a NEW-VIEW choice, or a certificate
-  // of 2f+1 COMMITs. `batch` is its body (null while it is fetched).
-  bool has_digest = false;
-  Digest digest;
-  std::shared_ptr<const Batch> batch;
-  // The body of an earlier pre-prepared digest at this seq (a second Q entry), kept so that a new primary that
-  // chooses it can fetch it from us.
-  std::shared_ptr<const Batch> alt_batch;
-
-  bool pre_prepared = false;  // PrePrepareRecord persisted for (view, seq, digest) with the body
-  bool sent_prepare = false;  // this replica sent PREPARE(view, seq, digest)
-  bool prepared = false;      // prepared(view, seq, digest): PreparedRecord persisted, COMMIT sent
-  bool sent_commit = false;
-  bool committed = false;     // committed-local (sticky across views: a committed batch never changes)
-
-  // PBFT-CS (NSDI'09 §3.1): this replica, as primary, executed the batch before it prepared and has so far sent
-  // only speculative replies for it; its ordinary reply (tentative once prepared, or committed) is still owed.
-  // Cleared when the execution is rolled back.
-  bool executed_early = false;
-  bool vote_replies_sent = false;
-
-  // Quiet primary (may_go_quiet): this replica, as primary of `view`, reached prepared without persisting its
-  // PreparedRecord, sending its COMMIT or sending tentative votes; `p` is set but not durable. Until released
-  // (release_quiet) its replies for the batch are not votes. Cleared with the view state.
-  bool quiet = false;
-  std::uint64_t quiet_tick = 0;  // when it went quiet (the release timer)
-
-  std::uint64_t prepare_senders = 0;  // replicas that sent any PREPARE in `view` (one vote each)
-  std::uint64_t commit_senders = 0;
-  std::vector<VoteSet> votes;  // at most one set per digest, at most n sets
-
-  bool fetching = false;  // FETCH-BATCH outstanding for `digest`
-  std::uint32_t fetch_ticks_left = 0;
-  std::uint32_t fetch_attempts = 0;  // FETCH-BATCH sent for it so far (each to one peer: send_fetch)
-
-  // COMMITs of views before ours received while we change views alone (see on_old_commit): one per sender.
-  std::uint64_t old_commit_senders = 0;
-  std::vector<OldCommits> old_commits;  // at most n
-
-  // View-change information (TOCS §4.5), kept across views until the seq leaves the window.
-  std::optional<PreparedClaim> p;       // latest prepared (seq, digest, view)
-  std::array<PreparedClaim, 2> q{};     // pre-prepared (seq, digest, view), highest views, distinct digests
-  std::uint8_t q_count = 0;
-};
-
-struct QueuedRequest {
-  Request request;
-  Digest digest;
-};
-
-struct OwnCheckpoint {
-  Digest digest;
-  Bytes client_table;     // serialized client table at seq
-  bool retained = false;  // the service still holds this checkpoint (can serve it / use its tree)
-};
-
-struct PendingNewView {
-  NewView nv;                 // unsigned yet
-  NewViewDecision decision;
-  std::map<std::uint64_t, Digest> missing;  // chosen bodies this primary must fetch before sending NEW-VIEW
-  std::map<std::uint64_t, std::shared_ptr<const Batch>> bodies;
-  std::uint32_t fetch_ticks_left = 0;
-  std::uint32_t fetch_rounds = 0;  // FETCH-BATCH broadcasts so far (they back off like send_fetch)
-};
-
-// PBFT-CS: requests the primary executed on receipt, at sequence number `seq`, before the batch was sent.
-struct OpenBatch {
-  std::uint64_t seq = 0;
-  Batch batch;  // timestamp chosen when the batch opened; requests in execution order
-  std::size_t bytes = 0;
-};
-
-// How a reply reports the execution it comes from.
-enum class ReplyKind : std::uint8_t {
-  kCommitted,    // the batch committed (TOCS §2.4)
-  kTentative,    // executed after prepared, before commit (TOCS §5.1.2): one of 2f+1 votes
-  kSpeculative,  // PBFT-CS early reply of the primary: a prediction, never a vote (NSDI'09 §3.1)
-  kQuiet,        // a quiet primary's execution of a prepared batch (may_go_quiet): the result, never a vote
-};
-
-std::uint8_t reply_flags(ReplyKind k) {
-  switch (k) {
-    case ReplyKind::kCommitted:
-      return 0;
-    case ReplyKind::kTentative:
-      return kReplyTentative;
-    case ReplyKind::kSpeculative:
-    case ReplyKind::kQuiet:
-      return kReplySpeculative;  // the client keeps the result and counts no vote (Client::on_reply)
-  }
-  return 0;
-}
-
-struct DeferredChoice {  // a NEW-VIEW choice above this replica's window, applied when the window moves
-  Digest digest;
-  std::shared_ptr<const Batch> body;
-};
-
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------------------------
-struct Replica::Impl {
-  Impl(const ReplicaOptions& options, NodeId self_id, Service& svc, const Crypto& crypto_ctx,
-       std::uint64_t prng_seed);
-
-  // ---- configuration ----
-  const ReplicaOptions opt;
-  const NodeId self;
-  Service& service;
-  const Crypto& crypto;
-  const std::uint32_t quorum;  // 2f+1
-  const std::uint32_t weak;    // f+1
-  Prng prng;
-  StateFetcher fetcher;
-
-  // ---- view (TOCS §2.2) ----
-  std::uint64_t view = 0;
-  bool in_view_change = false;
-
-  // ---- sequence state ----
-  std::uint64_t h = 0;  // stable checkpoint: low watermark
-  Digest stable_digest;
-  std::uint64_t last_executed = 0;
-  std::uint64_t last_committed = 0;
-  std::uint64_t last_executed_timestamp_ns = 0;  // timestamp of the last executed non-null batch (0: unknown)
-  std::vector<Entry> ring;                        // L slots
-  std::uint64_t max_ordered_seq = 0;  // highest seq given a digest in the current view (timer, status)
-  // Recovery: the highest seq with a PreparedRecord in the log we recovered from. Read-only requests wait until
-  // it has committed here (process_read_only).
-  std::uint64_t reads_wait_for_seq = 0;
-  std::set<std::uint64_t> fetching_seqs;
-
-  // ---- primary (TOCS §2.3, batching §5.1.4) ----
-  std::uint64_t next_seq = 1;
-  // The primary never assigns a seq below this in its view: one past the last seq its NEW-VIEW re-proposed, or
-  // past its last PrePrepareRecord after a restart. It may lie above the window (a new primary whose stable
-  // checkpoint is behind the chosen one); the primary then waits for the window to move.
-  std::uint64_t next_seq_floor = 1;
-  // The view this replica recovered in, after a restart from a non-empty log: it sends no PREPARE in that view
-  // (see recover() and effects.h: a PREPARE it sent before the crash may be forgotten, and voting again could
-  // prepare a second digest for one (view, seq)). Its COMMITs stay allowed: prepared needs only the pre-prepare
-  // and 2f prepares of OTHER replicas, and a certificate without this replica's vote cannot conflict with one
-  // that holds its forgotten vote (the two quorums share a correct replica other than this one).
-  bool prepare_silenced = false;
-  std::uint64_t silenced_view = 0;
-  std::uint64_t last_timestamp_ns = 0;
-  std::uint64_t wall_clock_ns = 0;
-  // PBFT-CS: the batch being filled by early execution. When present, open_batch->seq == last_executed + 1 ==
-  // next_seq - 1, this replica is the primary, and the service and client table hold its executions at that
-  // seq (tentative), while the log has no entry for it yet.
-  std::optional<OpenBatch> open_batch;
-
-  // ---- requests ----
-  ClientTable clients;
-  std::map<NodeId, std::map<std::uint64_t, QueuedRequest>> queue;  // known, fresh, not ordered by us
-  std::size_t queued_count = 0;
-  std::uint64_t queued_bytes = 0;  // operation bytes of the queued requests
-  std::deque<NodeId> tickets;  // primary: one per queued request, in arrival order
-  std::set<std::pair<NodeId, std::uint64_t>> pending;  // primary: ordered, not yet executed
-  // Batch hold (hold_for_returning): clients this primary answered since its last PRE-PREPARE that had nothing else
-  // queued or ordered; whether the last maybe_send_pre_prepares held a batch back for them; whether that wait ended.
-  std::set<NodeId> returning;
-  bool batch_held = false;
-  bool hold_ended = false;
-  std::uint32_t hold_ticks = 0;  // ticks seen while held
-  std::set<Digest> forwarded;                           // backup: forwarded to the primary in this view
-  std::deque<Request> read_only_queue;
-
-  // ---- checkpoints (TOCS §2.5) ----
-  std::map<std::uint64_t, OwnCheckpoint> own_checkpoints;  // seq >= h; always holds h
-  std::vector<std::map<std::uint64_t, Digest>> claims;     // [replica]: CHECKPOINT claims above h
-
-  // ---- view change (TOCS §4.5) ----
-  std::vector<std::optional<ViewChange>> view_changes;  // [replica]: the valid one for its highest view
-  std::optional<NewView> last_new_view;                 // the NEW-VIEW of the current view (retransmission)
-  std::optional<PendingNewView> pending_new_view;       // new primary waiting for bodies
-  std::map<std::uint64_t, DeferredChoice> deferred;     // NEW-VIEW choices above our window
-  // Piggybacked commits (defer_commit): our COMMITs of the current view not sent yet, in seq order, and the tick
-  // when the first of them was deferred.
-  std::vector<Commit> deferred_commits;
-  std::uint64_t commits_deferred_tick = 0;
-  // Quiet primary: no batch below this seq goes quiet (set when a quiet batch had to be released by the timer).
-  std::uint64_t quiet_resume_seq = 0;
-  std::uint64_t vc_timer_ticks_left = 0;                // 0: not running
-  std::uint32_t vc_backoff = 0;                         // view changes since the last progress
-
-  std::deque<std::pair<NodeId, Message>> future;  // messages for a view not yet entered
-  std::size_t future_bytes = 0;
-  std::vector<std::size_t> future_per_sender;  // each replica may fill at most its share of the buffer
-
-  // ---- retransmission and state transfer (TOCS §5.3) ----
-  std::uint64_t ticks = 0;
-  std::uint64_t status_ticks_left = 0;
-  std::vector<std::optional<Status>> peer_status;
-  std::vector<std::uint32_t> peer_stuck_rounds;  // consecutive STATUS messages without commit progress
-  // Retransmissions a peer triggers (answers to STATUS, NEW-VIEW for a stale VIEW-CHANGE) are rate limited per
-  // peer: a faulty replica must not turn small messages into a stream of batch bodies.
-  std::vector<std::uint64_t> last_help_tick;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> last_fetch_served;  // per peer: (seq, tick) of the last body
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> status_bodies_sent;  // per peer: (its last_committed, tick)
-  bool may_help(NodeId peer);
-  std::uint64_t committed_at_last_status = 0;
-  std::uint32_t statuses_skipped = 0;  // status intervals since our last STATUS broadcast (on_status_timeout)
-  Status own_status() const;
-  bool status_needed() const;
-  bool idle() const;
-  // After a restart the service's durable checkpoint may be newer than any client table we recorded (a crash
-  // between Service::checkpoint and the CheckpointRecord reaching the disk); then the replica cannot execute
-  // until state transfer replaces both.
-  bool service_diverged = false;
-  std::uint64_t diverged_service_seq = 0;
-  // The service reported damaged partitions (Service::damaged_partitions): unlike a diverged service after a
-  // restart, its newest checkpoint is still good except those partitions, so a state transfer fetches only
-  // what differs from that checkpoint with the damaged leaves blanked (repair_tree keeps that copy alive).
-  bool service_damaged = false;
-  std::optional<PartitionTree> repair_tree;
-  std::uint64_t fetch_bytes_at_start = 0;
-
-  // ---- output ----
-  Effects out;
-  Effects scratch;
-  Effects* cur = &out;
-  EffectsFilter filter;
-  bool replaying = false;  // recovery re-execution: no replies
-  ReplicaStats stats;
-  std::vector<ExecutedBatch> history;
-
-  // ---- helpers ----
-  NodeId primary_of(std::uint64_t v) const { return static_cast<NodeId>(v % opt.n); }
-  bool is_primary() const { return !in_view_change && primary_of(view) == self; }
-  std::string ctx() const {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "r%u v%llu s%llu", self, static_cast<unsigned long long>(view),
-                  static_cast<unsigned long long>(last_executed));
-    return buf;
-  }
-  void persist(PersistRecord r) { cur->persist.push_back(std::move(r)); }
-  void send(NodeId to, Message m) { cur->sends.push_back(Send{to, std::move(m)}); }
-  void broadcast(Message m) {
-    // A PRE-PREPARE or PREPARE carries our deferred COMMITs along: they go first, into the same write.
-    if (!deferred_commits.empty() &&
-        (std::holds_alternative<PrePrepare>(m) || std::holds_alternative<Prepare>(m))) {
-      flush_commits();
-    }
-    cur->sends.push_back(Send{kAllReplicas, std::move(m)});
-  }
-
-  bool in_window(std::uint64_t s) const { return s > h && s <= h + opt.log_window; }
-  Entry* find(std::uint64_t s) {
-    if (!in_window(s)) return nullptr;
-    Entry& e = ring[s % opt.log_window];
-    return e.seq == s ? &e : nullptr;
-  }
-  const Entry* find(std::uint64_t s) const { return const_cast<Impl*>(this)->find(s); }
-  Entry& get_or_create(std::uint64_t s);
-  void reset_view_state(Entry& e, std::uint64_t v, bool keep_digest);
-  VoteSet& votes_for(Entry& e, const Digest& d);
-  const VoteSet* find_votes(const Entry& e, const Digest& d) const;
-  void add_q(Entry& e, std::uint64_t v, const Digest& d);
-
-  // ---- call framing ----
-  void begin_call();
-  void end_call();
-  void after_step();
-
-  // ---- handlers ----
-  void dispatch(NodeId from, const Message& m);
-  void on_request(NodeId from, const Request& r);
-  void on_pre_prepare(NodeId from, const PrePrepare& pp, const Message& m);
-  void on_prepare(NodeId from, const Prepare& p, const Message& m);
-  void on_commit(NodeId from, const Commit& c, const Message& m);
-  void on_old_commit(NodeId from, const Commit& c);
-  void learn_committed(Entry& e, std::uint64_t v, const Digest& d);
-  void on_checkpoint(NodeId from, const Checkpoint& c);
-  void on_view_change(NodeId from, const ViewChange& vc);
-  void on_new_view(NodeId from, const NewView& nv);
-  void on_status(NodeId from, const Status& st);
-  void on_fetch_batch(NodeId from, const FetchBatch& fb);
-  void on_batch_data(NodeId from, const BatchData& bd);
-  void on_fetch_state(NodeId from, const FetchState& fs);
-  void on_tick();
-  void on_view_change_timeout();
-  std::uint64_t work_allowance_ticks() const;
-  void unqueue_bytes(const QueuedRequest& qr) {
-    BFT_ASSERT(queued_bytes >= qr.request.op.size());
-    queued_bytes -= qr.request.op.size();
-  }
-  bool lagging_behind_view() const;
-  void on_status_timeout();
-
-  // ---- normal case ----
-  bool accept_view(NodeId from, std::uint64_t msg_view, const Message& m);
-  void buffer_future(NodeId from, const Message& m);
-  void replay_future();
-  std::optional<Digest> validate_request(const Request& r);
-  void enqueue(const Request& r, const Digest& d);
-  void forget_request(NodeId client, std::uint64_t request_id);
-  void rebuild_pending();
-  void send_cached_reply(NodeId client, std::uint64_t request_id);
-  void maybe_send_pre_prepares();
-  bool hold_for_returning() const;
-  void note_returning(NodeId client);
-  void end_batch_hold();
-  void reset_batch_hold();
-  std::optional<QueuedRequest> pop_ticket(std::size_t batch_bytes, bool batch_empty, std::size_t& size);
-  bool ready_to_order(const Request& r) const;
-  void defer_out_of_order(const Request& r);
-  bool any_ready_queued() const;
-  void trim_tickets();
-  void send_pre_prepare(Batch&& b);
-  std::uint64_t next_batch_timestamp();
-  Entry& propose(std::uint64_t s, std::shared_ptr<const Batch> body);
-  // PBFT-CS early execution (NSDI'09 §3.1)
-  void order_early();
-  std::uint64_t closed_in_flight() const;
-  bool can_open_batch() const;
-  void close_open_batch();
-  void discard_open_batch();
-  bool check_service_damage();
-  void attach_body(Entry& e, std::shared_ptr<const Batch> body);
-  void start_fetch(Entry& e);
-  void send_fetch(Entry& e);
-  std::uint32_t fetch_retry_after(std::uint32_t attempts);
-  bool record_vote(Entry& e, NodeId from, const Digest& d, bool commit);
-  void check_prepared(Entry& e);
-  void promise_prepared(Entry& e);
-  bool may_go_quiet(const Entry& e) const;
-  void release_quiet(Entry& e, bool send_votes);
-  void release_quiet_on_timer();
-  void persist_quiet_claims();
-  void check_committed(Entry& e);
-
-  // ---- execution and checkpoints ----
-  void run_execution();
-  void execute_batch(Entry& e, ReplyKind kind);
-  bool execute_request(const Request& r, std::uint64_t seq, std::uint64_t reply_view, std::uint64_t timestamp_ns,
-                       ReplyKind kind);
-  void send_reply(const Request& r, std::uint64_t reply_view, ReplyKind kind, const Bytes& result);
-  void send_vote_replies(Entry& e, ReplyKind kind);
-  void send_batch_replies(const Entry& e, ReplyKind kind);
-  void commit_next();
-  void on_commit_progress();
-  void rollback_to(std::uint64_t s);
-  void take_checkpoint(std::uint64_t s);
-  void add_claim(NodeId r, std::uint64_t s, const Digest& d);
-  void check_stable(std::uint64_t s);
-  void make_stable(std::uint64_t s, const Digest& d);
-  void advance_window();
-  void apply_deferred();
-  bool commits_piggybacked() const { return opt.piggyback_commits && opt.tentative_execution; }
-  void defer_commit(const Entry& e);
-  void flush_commits();
-  std::uint64_t batches_in_flight(std::uint64_t last_sent) const;
-  void process_read_only();
-
-  // ---- state transfer ----
-  void check_state_transfer(bool stalled);
-  void start_state_fetch(std::uint64_t s, const Digest& d);
-  void poll_fetcher();
-  void install_fetched_state(FetchedState&& fs);
-
-  // ---- view change ----
-  std::uint64_t view_change_timeout_ticks();
-  void update_timer();
-  void start_view_change(std::uint64_t new_view);
-  ViewChange build_view_change() const;
-  std::size_t view_changes_for(std::uint64_t v) const;
-  void try_new_view();
-  void finish_new_view();
-  bool find_body(std::uint64_t s, const Digest& d, std::shared_ptr<const Batch>& out);
-  void install_new_view(const NewView& nv, const NewViewDecision& decision,
-                        const std::map<std::uint64_t, std::shared_ptr<const Batch>>& bodies);
-
-  // ---- recovery ----
-  void recover(const std::vector<PersistRecord>& log);
-
-  void check_invariants_fast() const;
-  void check_invariants() const;
-  static constexpr std::uint32_t kFullCheckEvery = 64;
-  std::uint32_t calls_since_full_check = 0;
-};
 
 Replica::Impl::Impl(const ReplicaOptions& options, NodeId self_id, Service& svc, const Crypto& crypto_ctx,
                     std::uint64_t prng_seed)
@@ -534,7 +83,7 @@ Replica::Impl::Impl(const ReplicaOptions& options, NodeId self_id, Service& svc,
 // Log entries
 // ---------------------------------------------------------------------------------------------------------------
 
-Entry& Replica::Impl::get_or_create(std::uint64_t s) {
+Replica::Impl::Entry& Replica::Impl::get_or_create(std::uint64_t s) {
   BFT_ASSERT(in_window(s));
   Entry& e = ring[s % opt.log_window];
   if (e.seq != s) {
@@ -573,7 +122,7 @@ void Replica::Impl::reset_view_state(Entry& e, std::uint64_t v, bool keep_digest
   }
 }
 
-VoteSet& Replica::Impl::votes_for(Entry& e, const Digest& d) {
+Replica::Impl::VoteSet& Replica::Impl::votes_for(Entry& e, const Digest& d) {
   for (VoteSet& vs : e.votes) {
     if (vs.digest == d) return vs;
   }
@@ -581,7 +130,7 @@ VoteSet& Replica::Impl::votes_for(Entry& e, const Digest& d) {
   return e.votes.back();
 }
 
-const VoteSet* Replica::Impl::find_votes(const Entry& e, const Digest& d) const {
+const Replica::Impl::VoteSet* Replica::Impl::find_votes(const Entry& e, const Digest& d) const {
   for (const VoteSet& vs : e.votes) {
     if (vs.digest == d) return &vs;
   }
@@ -973,7 +522,7 @@ void Replica::Impl::maybe_send_pre_prepares() {
 // client's requests are ordered in the order it issued them), removed from the queue, with `size` its share of a batch. Nothing when a ticket's request would
 // take a non-empty batch of `batch_bytes` past kBatchBytesMax (it stays queued). Tickets whose client has nothing
 // queued any more are dropped on the way; nothing when no ticket is left.
-std::optional<QueuedRequest> Replica::Impl::pop_ticket(std::size_t batch_bytes, bool batch_empty, std::size_t& size) {
+std::optional<Replica::Impl::QueuedRequest> Replica::Impl::pop_ticket(std::size_t batch_bytes, bool batch_empty, std::size_t& size) {
   // Tickets of clients whose queued requests all wait for their predecessors go to the back, each at most once
   // per call, so that one waiting client never holds up the others.
   std::size_t waiting_tickets_left = tickets.size();
@@ -1094,7 +643,7 @@ std::uint64_t Replica::Impl::next_batch_timestamp() {
 
 // The primary orders `body` at `s` in its view: the log entry takes the digest and the body, and the PRE-PREPARE
 // goes out behind its record.
-Entry& Replica::Impl::propose(std::uint64_t s, std::shared_ptr<const Batch> body) {
+Replica::Impl::Entry& Replica::Impl::propose(std::uint64_t s, std::shared_ptr<const Batch> body) {
   BFT_ASSERT(in_window(s));
   Entry& e = get_or_create(s);
   BFT_ASSERT(!e.committed);
