@@ -55,21 +55,31 @@ bool Replica::Impl::may_help(NodeId peer) {
   return true;
 }
 
+// A peer's STATUS (TOCS §5.2-§5.3): we record its position (the view-change timer, lagging_behind_view and
+// check_state_transfer count it) and, at most once per half status interval (may_help), answer with what it
+// misses.
 void Replica::Impl::on_status(NodeId from, const Status& st) {
   const std::optional<Status> prev = peer_status[from];
   peer_status[from] = st;
   const bool no_progress = prev && prev->last_committed == st.last_committed;
   peer_stuck_rounds[from] = no_progress ? peer_stuck_rounds[from] + 1 : 0;
   if (!may_help(from)) return;
+  send_position(from, st);
+  // A peer that made no progress since its previous STATUS is stuck; one that moves will get there itself.
+  const bool stuck = !prev || prev->last_committed == st.last_committed;
+  if (stuck) help_stuck_peer(from, st);
+}
 
+// What a peer behind us needs to know of our position: our STATUS, the proof of our view, our stable checkpoint.
+void Replica::Impl::send_position(NodeId from, const Status& st) {
   // A peer behind the view we run, or behind us in it, may not know it (we send STATUS only when it helps,
   // on_status_timeout): our position tells it, so that its own STATUS keeps asking for what it misses and its
   // view-change decisions (update_timer, lagging_behind_view) see us. Only an installed view is a position worth
   // telling, and the answer never asks for one back (the peer is behind us), so two replicas never ping-pong.
-  if (!in_view_change && (st.view < view || (st.view == view && (st.in_view_change || st.last_committed < last_committed ||
-                                                                 st.stable_seq < h)))) {
-    send(from, own_status());
-  }
+  const bool behind_us =
+      st.view < view ||
+      (st.view == view && (st.in_view_change || st.last_committed < last_committed || st.stable_seq < h));
+  if (!in_view_change && behind_us) send(from, own_status());
 
   // View help: a peer behind our view gets the NEW-VIEW that proves it; a peer in our view change gets our
   // VIEW-CHANGE again (both are self-certifying, so forwarding them is safe).
@@ -84,10 +94,11 @@ void Replica::Impl::on_status(NodeId from, const Status& st) {
   // Checkpoint help: a peer below our stable checkpoint cannot get that part of the log from anyone any more;
   // our CHECKPOINT (with f others) lets it start state transfer.
   if (st.last_committed < h) send(from, Checkpoint{h, stable_digest});
+}
 
-  // A peer that made no progress since its previous STATUS is stuck; one that moves will get there itself.
-  const bool stuck = !prev || prev->last_committed == st.last_committed;
-  if (!stuck) return;
+// A peer that made no progress since its previous STATUS: our checkpoints above its stable one, and the part of
+// our log it misses (votes, and bodies only when it has been stuck for a while).
+void Replica::Impl::help_stuck_peer(NodeId from, const Status& st) {
   for (auto it = own_checkpoints.upper_bound(std::max(st.stable_seq, h)); it != own_checkpoints.end(); ++it) {
     send(from, Checkpoint{it->first, it->second.digest});
   }

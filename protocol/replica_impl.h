@@ -461,6 +461,8 @@ struct Replica::Impl {
   bool status_needed() const;
   bool may_help(NodeId peer);
   void on_status(NodeId from, const Status& st);
+  void send_position(NodeId from, const Status& st);
+  void help_stuck_peer(NodeId from, const Status& st);
   void start_fetch(Entry& e);
   void send_fetch(Entry& e);
   std::uint32_t fetch_retry_after(std::uint32_t attempts);
