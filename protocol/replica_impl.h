@@ -493,6 +493,12 @@ struct Replica::Impl {
   void on_new_view(NodeId from, const NewView& nv);
   void install_new_view(const NewView& nv, const NewViewDecision& decision,
                         const std::map<std::uint64_t, std::shared_ptr<const Batch>>& bodies);
+  void enter_view(const NewView& nv);
+  void undo_unchosen_executions(const NewViewDecision& decision);
+  void start_from_checkpoint(const NewViewDecision& decision);
+  void install_choices(const NewViewDecision& decision,
+                       const std::map<std::uint64_t, std::shared_ptr<const Batch>>& bodies);
+  void continue_as_primary(const NewViewDecision& decision);
 
   // ---- recovery from the write-ahead log (replica_recovery.cc) ----
   void recover(const std::vector<PersistRecord>& log);

@@ -275,13 +275,29 @@ void Replica::Impl::on_new_view(NodeId from, const NewView& nv) {
   install_new_view(nv, *decision, {});
 }
 
+// Installs the view of `nv` (TOCS §4.5): on the new primary from its own decision (finish_new_view), on a backup
+// from a verified NEW-VIEW (on_new_view). `bodies` are chosen bodies the new primary fetched for it.
 void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& decision,
                                      const std::map<std::uint64_t, std::shared_ptr<const Batch>>& bodies) {
+  BFT_ASSERT(nv.view > view || (nv.view == view && in_view_change));
+  enter_view(nv);
+  undo_unchosen_executions(decision);
+  start_from_checkpoint(decision);
+  install_choices(decision, bodies);
+  if (primary_of(view) == self) continue_as_primary(decision);
+  forwarded.clear();
+  vc_timer_ticks_left = 0;
+  stats.new_views_installed++;
+  LOG_INFO(ctx(), "new view installed primary=%u checkpoint=s%llu reproposed=%zu", primary_of(view),
+           static_cast<unsigned long long>(decision.checkpoint_seq), decision.choices.size());
+  replay_future();
+}
+
+// Leaves the view we run (or are changing from) for the view of `nv`, which is now installed.
+void Replica::Impl::enter_view(const NewView& nv) {
   const std::uint64_t v = nv.view;
-  BFT_ASSERT(v > view || (v == view && in_view_change));
-  const std::uint64_t hs = decision.checkpoint_seq;
   // A replica may install a later view straight from normal operation (it never timed out itself); as the old
-  // primary its open batch was never sent and goes now, before the rollback decision below.
+  // primary its open batch was never sent and goes now, before the rollback decision (undo_unchosen_executions).
   discard_open_batch();
   flush_commits();  // deferred in normal operation of the view we leave (none when we changed views ourselves)
   persist_quiet_claims();
@@ -295,7 +311,11 @@ void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& d
   for (auto& vc : view_changes) {
     if (vc && vc->new_view <= v) vc.reset();
   }
+}
 
+// Tentatively executed batches that the new view does not re-propose identically are undone (TOCS §5.1.2).
+void Replica::Impl::undo_unchosen_executions(const NewViewDecision& decision) {
+  const std::uint64_t hs = decision.checkpoint_seq;
   // Committed batches are final: the decision must re-propose exactly them (TOCS §4.5 safety argument).
   for (std::uint64_t s = std::max(h, hs) + 1; s <= last_committed && s <= hs + opt.log_window; s++) {
     const Entry* e = find(s);
@@ -304,8 +324,6 @@ void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& d
     BFT_ASSERT(c != nullptr);
     BFT_ASSERT(c->digest == e->digest);
   }
-
-  // Tentatively executed batches that the new view does not re-propose identically are undone (TOCS §5.1.2).
   std::uint64_t first_bad = 0;
   for (std::uint64_t s = last_committed + 1; s <= last_executed; s++) {
     const Entry* e = find(s);
@@ -317,20 +335,28 @@ void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& d
     }
   }
   if (first_bad != 0) rollback_to(first_bad - 1);
+}
 
-  // The new view starts from checkpoint (h*, d*): ours if we have it, otherwise fetched.
-  if (hs > h) {
-    auto own = own_checkpoints.find(hs);
-    if (own != own_checkpoints.end() && own->second.digest == decision.checkpoint_digest && last_committed >= hs) {
-      make_stable(hs, decision.checkpoint_digest);
-    } else if (hs > last_committed) {
-      start_state_fetch(hs, decision.checkpoint_digest);
-    } else {
-      LOG_ERROR(ctx(), "new-view checkpoint s%llu differs from ours", static_cast<unsigned long long>(hs));
-    }
+// The new view starts from checkpoint (h*, d*): ours if we have it, otherwise fetched.
+void Replica::Impl::start_from_checkpoint(const NewViewDecision& decision) {
+  const std::uint64_t hs = decision.checkpoint_seq;
+  if (hs <= h) return;
+  auto own = own_checkpoints.find(hs);
+  if (own != own_checkpoints.end() && own->second.digest == decision.checkpoint_digest && last_committed >= hs) {
+    make_stable(hs, decision.checkpoint_digest);
+  } else if (hs > last_committed) {
+    start_state_fetch(hs, decision.checkpoint_digest);
+  } else {
+    LOG_ERROR(ctx(), "new-view checkpoint s%llu differs from ours", static_cast<unsigned long long>(hs));
   }
+}
 
-  // Fresh ordering state for the new view; only committed batches keep their digest outside the choices.
+// Fresh ordering state for the new view; only committed batches keep their digest outside the choices. Each
+// chosen seq takes its digest, and its body when known (else it is fetched); choices above our window wait in
+// `deferred` until the window moves (apply_deferred).
+void Replica::Impl::install_choices(const NewViewDecision& decision,
+                                    const std::map<std::uint64_t, std::shared_ptr<const Batch>>& bodies) {
+  const std::uint64_t v = view;
   for (Entry& e : ring) {
     if (e.seq == 0) continue;
     if (decision.choice(e.seq) == nullptr) reset_view_state(e, v, e.committed);
@@ -366,27 +392,21 @@ void Replica::Impl::install_new_view(const NewView& nv, const NewViewDecision& d
       start_fetch(e);
     }
   }
+}
 
-  if (primary_of(v) == self) {
-    // The new primary continues after the last re-proposed seq.
-    next_seq = std::max({h, hs, decision.max_seq(), last_committed}) + 1;
-    next_seq_floor = next_seq;
-    for (const NewViewChoice& c : decision.choices) {
-      const Entry* e = c.seq > last_executed ? find(c.seq) : nullptr;
-      if (e != nullptr && e->batch) last_timestamp_ns = std::max(last_timestamp_ns, e->batch->timestamp_ns);
-    }
-    rebuild_pending();  // the re-proposed batches (and any committed one) are ordered by us now
-    tickets.clear();
-    for (const auto& [c, reqs] : queue) {
-      for (std::size_t i = 0; i < reqs.size(); i++) tickets.push_back(c);
-    }
+// The new primary continues after the last re-proposed seq, with the re-proposed batches counted as ordered by it.
+void Replica::Impl::continue_as_primary(const NewViewDecision& decision) {
+  next_seq = std::max({h, decision.checkpoint_seq, decision.max_seq(), last_committed}) + 1;
+  next_seq_floor = next_seq;
+  for (const NewViewChoice& c : decision.choices) {
+    const Entry* e = c.seq > last_executed ? find(c.seq) : nullptr;
+    if (e != nullptr && e->batch) last_timestamp_ns = std::max(last_timestamp_ns, e->batch->timestamp_ns);
   }
-  forwarded.clear();
-  vc_timer_ticks_left = 0;
-  stats.new_views_installed++;
-  LOG_INFO(ctx(), "new view installed primary=%u checkpoint=s%llu reproposed=%zu", primary_of(v),
-           static_cast<unsigned long long>(hs), decision.choices.size());
-  replay_future();
+  rebuild_pending();  // the re-proposed batches (and any committed one) are ordered by us now
+  tickets.clear();
+  for (const auto& [c, reqs] : queue) {
+    for (std::size_t i = 0; i < reqs.size(); i++) tickets.push_back(c);
+  }
 }
 
 }  // namespace bftfs
