@@ -501,7 +501,13 @@ struct Replica::Impl {
   void continue_as_primary(const NewViewDecision& decision);
 
   // ---- recovery from the write-ahead log (replica_recovery.cc) ----
+  struct RecoveredLog;  // what the records say (defined in replica_recovery.cc)
   void recover(const std::vector<PersistRecord>& log);
+  static RecoveredLog read_log(const std::vector<PersistRecord>& log);
+  std::uint64_t pair_service_state(const RecoveredLog& rl, const CheckpointId& sc);
+  void restore_stable_checkpoint(const RecoveredLog& rl, const CheckpointId& sc, std::uint64_t base);
+  void rebuild_log(RecoveredLog& rl);
+  void rejoin(const RecoveredLog& rl, bool first_start);
 
   // ---- invariants (replica_invariants.cc) ----
   static constexpr std::uint32_t kFullCheckEvery = 64;  // calls between two full checks (end_call)
