@@ -389,6 +389,7 @@ struct Replica::Impl {
   std::optional<Digest> validate_request(const Request& r);
   void enqueue(const Request& r, const Digest& d);
   void forget_request(NodeId client, std::uint64_t request_id);
+  void forget_executed_requests();
   void rebuild_pending();
   void send_cached_reply(NodeId client, std::uint64_t request_id);
   void process_read_only();

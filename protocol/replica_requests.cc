@@ -104,6 +104,25 @@ void Replica::Impl::forget_request(NodeId client, std::uint64_t request_id) {
   if (per_client.empty()) queue.erase(it);
 }
 
+// Drops every queued request the client table no longer holds fresh (after a state transfer installed a state
+// that executed them): they no longer wait anywhere.
+void Replica::Impl::forget_executed_requests() {
+  for (auto it = queue.begin(); it != queue.end();) {
+    auto& per_client = it->second;
+    for (auto q = per_client.begin(); q != per_client.end();) {
+      if (clients.classify(it->first, q->first) != ClientTable::Freshness::kFresh) {
+        pending.erase({it->first, q->first});
+        unqueue_bytes(q->second);
+        q = per_client.erase(q);
+        queued_count--;
+      } else {
+        ++q;
+      }
+    }
+    it = per_client.empty() ? queue.erase(it) : std::next(it);
+  }
+}
+
 // `pending` from the log: the requests of the batches this primary ordered in its view and has not executed.
 // Nothing on a backup or during a view change. Called when the new primary installs its view and after a state
 // transfer, where execution jumps past batches the primary never executed itself.

@@ -2,8 +2,6 @@
 // (protocol/state_transfer.h) with the local tree to diff against, installing what it fetched, serving
 // FETCH-STATE to others, and repairing damaged service storage the same way. See replica_impl.h for the map of
 // the replica's files.
-#include <iterator>
-
 #include "common/assert.h"
 #include "common/log.h"
 #include "protocol/replica_impl.h"
@@ -82,6 +80,8 @@ void Replica::Impl::poll_fetcher() {
   if (std::optional<FetchedState> result = fetcher.take_result()) install_fetched_state(std::move(*result));
 }
 
+// Installs the checkpoint the fetcher completed (its bytes match the agreed digest): the service's state, the
+// client table, and the checkpoint as our stable one, with the records that let a restart find it.
 void Replica::Impl::install_fetched_state(FetchedState&& fs) {
   const std::uint64_t fetched = fetcher.bytes_fetched();
   stats.state_transfer_bytes += fetched >= fetch_bytes_at_start ? fetched - fetch_bytes_at_start : fetched;
@@ -129,21 +129,7 @@ void Replica::Impl::install_fetched_state(FetchedState&& fs) {
   stable_digest = fs.checkpoint_digest;
   advance_window();
   broadcast(Checkpoint{fs.seq, fs.checkpoint_digest});
-  // Requests the installed state already executed no longer wait.
-  for (auto it = queue.begin(); it != queue.end();) {
-    auto& per_client = it->second;
-    for (auto q = per_client.begin(); q != per_client.end();) {
-      if (clients.classify(it->first, q->first) != ClientTable::Freshness::kFresh) {
-        pending.erase({it->first, q->first});
-        unqueue_bytes(q->second);
-        q = per_client.erase(q);
-        queued_count--;
-      } else {
-        ++q;
-      }
-    }
-    it = per_client.empty() ? queue.erase(it) : std::next(it);
-  }
+  forget_executed_requests();  // the installed state executed them
   // A primary's `pending` named requests of batches up to fs.seq that it never executed itself; one that every
   // replica skipped there for per-client order is still fresh, and a stale entry would make the primary drop
   // its retransmissions forever (sim/FINDINGS.md F9).
