@@ -248,7 +248,7 @@ struct Replica::Impl {
   // checkpoint is behind the chosen one); the primary then waits for the window to move.
   std::uint64_t next_seq_floor = 1;
   // The view this replica recovered in, after a restart from a non-empty log: it sends no PREPARE in that view
-  // (see recover() and effects.h: a PREPARE it sent before the crash may be forgotten, and voting again could
+  // (see rejoin() and effects.h: a PREPARE it sent before the crash may be forgotten, and voting again could
   // prepare a second digest for one (view, seq)). Its COMMITs stay allowed: prepared needs only the pre-prepare
   // and 2f prepares of OTHER replicas, and a certificate without this replica's vote cannot conflict with one
   // that holds its forgotten vote (the two quorums share a correct replica other than this one).
