@@ -16,6 +16,9 @@
 // change, a state transfer or a conflicting certificate undoes the open batch and any early execution the new
 // view does not re-propose identically (the service's rollback_to), which is what §3.4 requires: "it is safe
 // for the old primary to restore its state to the most recent committed operation".
+//
+// The implementation is Replica::Impl: its state and the map of its files (one per concern) are in
+// replica_impl.h, which only the replica's own .cc files include.
 #pragma once
 
 #include <cstdint>

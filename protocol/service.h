@@ -83,7 +83,8 @@ class Service {
   // Makes the installed state the checkpoint at target_seq, durably, and returns its id (the engine checks
   // the digest against the one it fetched for). target_seq is at least the newest checkpoint's seq, and may be
   // equal: a replica whose crash kept the service's checkpoint but lost the log record pairing it with a client
-  // table fetches the checkpoint at that same seq (Replica::Impl::recover), which then replaces the service's.
+  // table fetches the checkpoint at that same seq (Replica::Impl::pair_service_state), which then replaces the
+  // service's.
   virtual CheckpointId finish_install(std::uint64_t target_seq) = 0;
 
   // ---- damage (services whose storage verifies what it reads: the file service's checksums) ----

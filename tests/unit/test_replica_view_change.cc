@@ -1,10 +1,10 @@
-// The new-view decision procedure (TOCS §4.5, protocol/replica_view_change.h), on hand-built VIEW-CHANGE sets.
+// The new-view decision procedure (TOCS §4.5, protocol/new_view_decision.h), on hand-built VIEW-CHANGE sets.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 
 #include "protocol/messages.h"
-#include "protocol/replica_view_change.h"
+#include "protocol/new_view_decision.h"
 
 using namespace bftfs;
 
