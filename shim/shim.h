@@ -107,7 +107,7 @@ class Shim final : public Service {
   Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override;
   // Inner partitions are held back until finish_install, which hands them to the inner service only after
   // the shim's own partitions decoded: the Service interface has no way to abort an install, and a rejected
-  // install must leave both services as they were (the engine keeps its state then, protocol/replica.cc).
+  // install must leave both services as they were (the engine keeps its state then: protocol/replica_state_transfer.cc).
   // The inner service must reject an install with a zero digest (as CounterService does).
   void begin_install(std::uint64_t target_seq) override;
   void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;

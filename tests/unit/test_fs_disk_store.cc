@@ -64,7 +64,7 @@ void flip_byte(const std::string& path, std::uint64_t offset) {
 }
 
 // State transfer as the engine does it for a repair: every partition whose digest differs from the local
-// checkpoint's, with the damaged partitions' leaves blanked (protocol/replica.cc check_service_damage).
+// checkpoint's, with the damaged partitions' leaves blanked (protocol/replica_state_transfer.cc check_service_damage).
 CheckpointId repair_from(FsService& from, std::uint64_t seq, FsService& to) {
   PartitionTree mine = to.checkpoint_tree(to.recovered_checkpoint().seq);
   for (std::uint64_t p : to.damaged_partitions()) mine.set_leaf(p, Digest{});
