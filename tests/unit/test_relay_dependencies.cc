@@ -61,7 +61,7 @@ std::string status_text(Mount& m) {
 }  // namespace
 
 TEST_CASE("relay: a request depending on one whose FINAL showed its FIRST wrong is not executed",
-          "[relay_daemon][relay_deps][!shouldfail]") {
+          "[relay_daemon][relay_deps]") {
   PbftRelayFixture fx(kAlwaysLie);
   Mount m(fx.sock);
   m.hello();
@@ -90,7 +90,7 @@ TEST_CASE("relay: a request depending on one whose FINAL showed its FIRST wrong 
 }
 
 TEST_CASE("relay: a request depending on a wrong FIRST is not executed, whether the dependency is in flight or final",
-          "[relay_daemon][relay_deps][!shouldfail]") {
+          "[relay_daemon][relay_deps]") {
   PbftRelayFixture fx(kAlwaysLie);
   Mount m(fx.sock);
   m.hello();
@@ -108,7 +108,7 @@ TEST_CASE("relay: a request depending on a wrong FIRST is not executed, whether 
 
 TEST_CASE("relay: a dependency on a committed request is satisfied; on an unknown, cancelled or refused one the "
           "request is refused with a reason",
-          "[relay_daemon][relay_deps][!shouldfail]") {
+          "[relay_daemon][relay_deps]") {
   RelayFixture fx;
   Mount m(fx.sock);
   m.hello();
@@ -138,4 +138,35 @@ TEST_CASE("relay: a dependency on a committed request is satisfied; on an unknow
   CHECK(fin.status == relay::FinalStatus::kRefused);
   CHECK(text(fin.result).find("tag 13") != std::string::npos);
   for (const char* name : {"never1", "never2", "never3"}) CHECK_FALSE(exists(m, 20, name));
+}
+
+TEST_CASE("relay: a dependency names the latest request with its tag, and FINALs beyond the limit are forgotten",
+          "[relay_daemon][relay_deps]") {
+  RelayFixture fx([](RelayOptions& o) { o.conn_finals_remembered = 4; });
+  Mount m(fx.sock);
+  m.hello();
+  m.send({relay::Submit{1, 0, {}, mkdir_root("x")}});
+  REQUIRE(final_for(m, 1).status == relay::FinalStatus::kCommitted);
+  // Tag 1 again, for a request that is refused: a dependency on tag 1 now names that one.
+  m.send({relay::Submit{1, 0, {}, Bytes{0xFF}}});
+  REQUIRE(final_for(m, 1).status == relay::FinalStatus::kRefused);
+  m.send({relay::Submit{2, 0, {1}, mkdir_root("y")}});
+  CHECK(final_for(m, 2).status == relay::FinalStatus::kRefused);
+  // Tag 1 again, cancelled before its FINAL: nothing is known about tag 1 any more.
+  m.send({relay::Submit{1, 0, {}, getattr_root()}, relay::Cancel{1}, relay::Submit{3, 0, {1}, mkdir_root("z")}});
+  CHECK(final_for(m, 3).status == relay::FinalStatus::kRefused);
+
+  // Four FINALs later, tag 10's is forgotten; tag 14's is not.
+  m.send({relay::Submit{10, 0, {}, getattr_root()}});
+  REQUIRE(final_for(m, 10).status == relay::FinalStatus::kCommitted);
+  for (std::uint64_t tag = 11; tag <= 14; ++tag) {
+    m.send({relay::Submit{tag, 0, {}, getattr_root()}});
+    REQUIRE(final_for(m, tag).status == relay::FinalStatus::kCommitted);
+  }
+  m.send({relay::Submit{15, 0, {10}, mkdir_root("old")}});
+  const relay::Final fin = final_for(m, 15);
+  CHECK(fin.status == relay::FinalStatus::kRefused);
+  CHECK(text(fin.result).find("tag 10") != std::string::npos);
+  m.send({relay::Submit{16, 0, {14}, mkdir_root("recent")}});
+  CHECK(final_for(m, 16).status == relay::FinalStatus::kCommitted);
 }
