@@ -9,9 +9,13 @@
 #include <event2/buffer.h>
 
 #include <cstring>
+#include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -52,6 +56,48 @@ struct ConnRef {
   std::uint64_t conn_id = 0;
 };
 
+// What the relay remembers of one connection's FINALs, so that a SUBMIT depending on a request whose FINAL was
+// already sent is judged by that FINAL (docs/RELAY.md, "Dependencies"): the status of each of the last `limit`
+// FINALs, by tag. A SUBMIT that reuses a tag forgets the earlier request's status, because from then on a
+// dependency on that tag names the new request. Bounded: at most `limit` entries, each a hash node and a queue
+// slot (about 80 bytes).
+class FinalMemory {
+ public:
+  explicit FinalMemory(std::size_t limit = 0) : limit_(limit) {}
+
+  void record(std::uint64_t tag, relay::FinalStatus status) {
+    const std::uint64_t serial = next_serial_++;
+    by_tag_[tag] = Entry{status, serial};
+    order_.emplace_back(tag, serial);
+    while (order_.size() > limit_) {
+      const auto [old_tag, old_serial] = order_.front();
+      order_.pop_front();
+      // A tag recorded again since (or forgotten) has another serial, or none: leave it.
+      if (auto it = by_tag_.find(old_tag); it != by_tag_.end() && it->second.serial == old_serial) by_tag_.erase(it);
+    }
+    BFT_ASSERT(by_tag_.size() <= order_.size());
+  }
+
+  void forget(std::uint64_t tag) { by_tag_.erase(tag); }
+
+  // The status of the latest FINAL sent for `tag`, unless it was forgotten.
+  std::optional<relay::FinalStatus> find(std::uint64_t tag) const {
+    auto it = by_tag_.find(tag);
+    if (it == by_tag_.end()) return std::nullopt;
+    return it->second.status;
+  }
+
+ private:
+  struct Entry {
+    relay::FinalStatus status = relay::FinalStatus::kCommitted;
+    std::uint64_t serial = 0;  // which record() made it
+  };
+  std::size_t limit_ = 0;
+  std::uint64_t next_serial_ = 0;
+  std::unordered_map<std::uint64_t, Entry> by_tag_;
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> order_;  // (tag, serial) of the last `limit_` records
+};
+
 struct Conn {
   std::uint64_t id = 0;
   std::unique_ptr<ConnRef> ref;  // declared before bev: outlives it
@@ -60,6 +106,7 @@ struct Conn {
   bool closing = false;      // closed: waiting for the late event to free it
   bool read_paused = false;  // too many requests in flight (its own, or the library's)
   std::map<std::uint64_t, Pending> pending;  // by tag
+  FinalMemory finals;                        // the last FINALs sent, for dependencies on them
 };
 
 struct Counters {
@@ -70,6 +117,8 @@ struct Counters {
   std::uint64_t first_sent = 0;
   std::uint64_t rollbacks_sent = 0;
   std::uint64_t refused = 0;     // FINAL refused
+  std::uint64_t dependencies_failed = 0;  // SUBMITs answered "not executed" at once: a dependency's FINAL had
+                                          // shown the FIRST it relied on wrong
   std::uint64_t cancelled = 0;   // CANCEL, or dropped with a disconnecting mount
   std::uint64_t orphaned = 0;    // results for requests nobody waits for any more
   std::uint64_t protocol_errors = 0;  // connections closed for a malformed frame or a protocol violation
@@ -148,6 +197,7 @@ struct RelayDaemon::Impl {
     }
     auto conn = std::make_unique<Conn>();
     conn->id = next_conn_id++;
+    conn->finals = FinalMemory(options.conn_finals_remembered);
     conn->bev.reset(bufferevent_socket_new(base.get(), fd, BEV_OPT_CLOSE_ON_FREE));
     if (conn->bev == nullptr) {
       LOG_ERROR(kLog, "bufferevent_socket_new failed");
@@ -227,9 +277,15 @@ struct RelayDaemon::Impl {
     if (bufferevent_write(conn.bev.get(), frame.data(), frame.size()) != 0) close_conn(conn, "write failed");
   }
 
+  // Every FINAL goes through here: the connection remembers its status for later dependencies.
+  void send_final(Conn& conn, std::uint64_t tag, relay::FinalStatus status, Bytes result) {
+    conn.finals.record(tag, status);
+    send(conn, relay::Final{tag, status, std::move(result)});
+  }
+
   void refuse(Conn& conn, std::uint64_t tag, const std::string& reason) {
     ++counters.refused;
-    send(conn, relay::Final{tag, relay::FinalStatus::kRefused, Bytes(reason.begin(), reason.end())});
+    send_final(conn, tag, relay::FinalStatus::kRefused, Bytes(reason.begin(), reason.end()));
   }
 
   std::size_t library_in_flight() const { return options.norep ? norep_client->in_flight() : spec_client->in_flight(); }
@@ -304,7 +360,19 @@ struct RelayDaemon::Impl {
     }
     fs::Request req;
     std::vector<SpecDependency> deps;
-    if (std::string why = admit(conn, submit, req, deps); !why.empty()) return refuse(conn, submit.tag, why);
+    bool dependency_failed = false;
+    const std::string why = admit(conn, submit, req, deps, dependency_failed);
+    // From here on the tag names this request: a dependency on it must not find an earlier one's FINAL.
+    conn.finals.forget(submit.tag);
+    if (!why.empty()) return refuse(conn, submit.tag, why);
+    if (dependency_failed) {
+      // The shim would make it a no-op (its predicate names a result the replicas logged differently): the
+      // relay gives the same answer at once, without a round of agreement.
+      ++counters.dependencies_failed;
+      LOG_DEBUG(kLog, "mount connection %llu: tag %llu not executed: a dependency's FIRST was wrong",
+                static_cast<unsigned long long>(conn.id), static_cast<unsigned long long>(submit.tag));
+      return send_final(conn, submit.tag, relay::FinalStatus::kRolledBack, Bytes{});
+    }
     Pending request;
     request.report_first = (submit.flags & relay::kFlagReportFirst) != 0;
     request.read_only = (submit.flags & relay::kFlagReadOnly) != 0;
@@ -314,10 +382,10 @@ struct RelayDaemon::Impl {
   }
 
   // Why a SUBMIT must be refused, or "" when it may go to the library: its fs request must decode (into
-  // `req`), a read-only one must not write, its dependencies must be ones the library can predicate on (into
-  // `deps`), and it must fit one operation.
+  // `req`), a read-only one must not write, its dependencies must be known (those in flight go into `deps`
+  // as predicates; `dependency_failed` says one of them already failed), and it must fit one operation.
   std::string admit(const Conn& conn, const relay::Submit& submit, fs::Request& req,
-                    std::vector<SpecDependency>& deps) {
+                    std::vector<SpecDependency>& deps, bool& dependency_failed) {
     if (const auto e = fs::decode_request(submit.request, req); e != fs::FsDecodeError::kOk) {
       return "malformed fs request: " + std::string(fs::to_string(e));
     }
@@ -327,9 +395,7 @@ struct RelayDaemon::Impl {
         if (!fs::is_read_only(op.code)) return "read-only flag on a request that writes";
       }
     }
-    if (!options.norep) {
-      if (std::string why = spec_dependencies(conn, submit, read_only, deps); !why.empty()) return why;
-    }
+    if (std::string why = dependencies(conn, submit, read_only, deps, dependency_failed); !why.empty()) return why;
     static_assert(relay::kDepsMax <= shim::kDependenciesMax);
     // The library sends the request as one PBFT operation (in PBFT mode inside the shim's envelope, with one
     // predicate per dependency), and an operation is at most kOpBytesMax: the client library asserts it. The
@@ -345,24 +411,41 @@ struct RelayDaemon::Impl {
     return "";
   }
 
-  // Dependencies (speculation): a dependency still in flight must be an ordered request whose first reply
-  // was delivered, so the client library can predicate on it; one that already had its FINAL is a fact.
-  // Returns why the SUBMIT must be refused, or "" with `deps` filled.
-  std::string spec_dependencies(const Conn& conn, const relay::Submit& submit, bool read_only,
-                                std::vector<SpecDependency>& deps) {
+  // Dependencies (docs/RELAY.md, "Dependencies"): each tag names the latest earlier SUBMIT of this connection
+  // with that tag, and the mount's prediction for it is the FIRST it was sent. In flight, the prediction goes
+  // to the replicas as a predicate (it must be an ordered request whose FIRST was sent). Final, the FINAL's
+  // status decides: 0 says the prediction was the consensus (or the mount can only know the consensus), so the
+  // dependency holds and is dropped -- keeping it could only hurt: the shim's per-client log may have truncated
+  // the request by now, and the predicate would then fail although it holds; 1 says the prediction was wrong
+  // or the request did not execute, so `dependency_failed`; 2 (refused) and a tag the connection does not
+  // remember are refusals. In NO-REP mode a dependency in flight needs nothing: one server executes the
+  // requests in submission order and FIRST = FINAL. Returns why the SUBMIT must be refused, or "".
+  std::string dependencies(const Conn& conn, const relay::Submit& submit, bool read_only,
+                           std::vector<SpecDependency>& deps, bool& dependency_failed) {
     std::set<std::uint64_t> seen;
     for (std::uint64_t dep : submit.deps) {
-      auto it = conn.pending.find(dep);
-      if (it == conn.pending.end() || !seen.insert(dep).second) continue;
-      if (it->second.read_only) return "depends on a read-only request";
-      // The mount can only have acted on a first reply it was sent (the library's own may have been
-      // withheld from the mount as undecodable).
-      if (!it->second.first_sent) return "depends on a request whose first reply it was not sent";
-      BFT_ASSERT(it->second.first_seen);
-      deps.push_back(SpecDependency{it->second.backend_id, std::nullopt});
+      if (!seen.insert(dep).second) continue;
+      const std::string name = "depends on tag " + std::to_string(dep);
+      if (auto it = conn.pending.find(dep); it != conn.pending.end()) {
+        if (options.norep) continue;
+        if (it->second.read_only) return name + ", a read-only request in flight";
+        // The mount can only have acted on a first reply it was sent (the library's own may have been
+        // withheld from the mount as undecodable).
+        if (!it->second.first_sent) return name + ", in flight, whose first reply it was not sent";
+        BFT_ASSERT(it->second.first_seen);
+        deps.push_back(SpecDependency{it->second.backend_id, std::nullopt});
+        continue;
+      }
+      const std::optional<relay::FinalStatus> status = conn.finals.find(dep);
+      if (!status) {
+        return name + ", which is neither in flight nor among this connection's last " +
+               std::to_string(options.conn_finals_remembered) + " FINALs (never submitted, cancelled, or forgotten)";
+      }
+      if (*status == relay::FinalStatus::kRefused) return name + ", which was refused";
+      if (*status == relay::FinalStatus::kRolledBack) dependency_failed = true;
     }
     // §3.3: the shim declines a predicated read-only request, so the library never sends one.
-    if (read_only && !deps.empty()) return "a read-only request cannot depend on another";
+    if (read_only && !deps.empty()) return "a read-only request cannot depend on one in flight";
     return "";
   }
 
@@ -469,7 +552,7 @@ struct RelayDaemon::Impl {
       ++counters.completed;
       if (status == relay::FinalStatus::kRolledBack) ++counters.rollbacks_sent;
     }
-    send(conn, relay::Final{tag, status, std::move(result)});
+    send_final(conn, tag, status, std::move(result));
     // Reading the mount again waits for the late event (release_bytes armed it): resuming here would decode
     // and submit from inside the library's callback, under the feet of whoever is iterating its events.
   }
@@ -556,6 +639,7 @@ struct RelayDaemon::Impl {
         << "first_sent " << counters.first_sent << "\n"
         << "rollbacks " << counters.rollbacks_sent << "\n"
         << "refused " << counters.refused << "\n"
+        << "dependencies_failed " << counters.dependencies_failed << "\n"
         << "cancelled " << counters.cancelled << "\n"
         << "retransmissions " << retransmissions() << "\n"
         << "replicas_trusted " << trusted_replicas() << "\n"

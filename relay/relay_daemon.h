@@ -9,6 +9,9 @@
 //   - requests are never given up on: the client library retransmits to replicas forever (an NFS hard mount);
 //   - a mount's bytes cannot hurt the relay: every frame is validated (relay/relay_wire.h), a protocol
 //     violation closes that connection only, a malformed fs request is refused with a reason;
+//   - a dependency is honoured whatever the state of the request it names (in flight: a predicate for the
+//     replicas; final: judged by the FINAL sent, and a request relying on a wrong FIRST is answered "not
+//     executed" at once), and a dependency on a tag the relay does not know is refused with a reason;
 //   - a slow mount cannot block the relay: its output buffer is bounded (a mount that does not read is
 //     disconnected), and a mount with too many requests in flight is not read until some complete.
 //
@@ -38,6 +41,10 @@ struct RelayOptions {
   std::uint32_t window = 64;         // requests the PBFT client keeps on the wire (<= replicas' client window)
   std::size_t connections_max = 256;
   std::size_t conn_in_flight_max = 1024;                  // past this a mount is not read until some complete
+  // FINALs per connection whose status the relay remembers, to judge a SUBMIT that depends on a request
+  // already final (docs/RELAY.md, "Dependencies"; about 80 bytes each). As many as a mount may have in flight:
+  // a mount that depends on a request more FINALs back than that has long been sent its FINAL.
+  std::size_t conn_finals_remembered = 1024;
   // The client library's queue for all mounts together (cancelled requests stay in it until they execute):
   // past either bound no mount is read until some complete.
   std::size_t in_flight_max = 4096;

@@ -58,7 +58,8 @@ enum class FrameType : std::uint8_t {
 // FINAL's status.
 enum class FinalStatus : std::uint8_t {
   kCommitted = 0,   // bytes: the consensus fs result (equal to FIRST's if one was sent)
-  kRolledBack = 1,  // bytes: the consensus fs result, which differs from the FIRST sent
+  kRolledBack = 1,  // bytes: the consensus fs result, which differs from the FIRST sent; or empty: the request
+                    // did not execute, because a dependency's prediction was wrong (see Submit::deps)
   kRefused = 2,     // bytes: a UTF-8 reason; the request was never sent to the replicas
 };
 inline constexpr std::uint8_t kFinalStatusMax = 2;
@@ -89,8 +90,22 @@ struct Hello {
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 struct Submit {
-  std::uint64_t tag = 0;
+  std::uint64_t tag = 0;  // unique among the connection's requests in flight; may be reused after their FINAL
   std::uint8_t flags = 0;
+  // Dependencies: "execute only if these earlier requests returned what the mount was shown". Each tag names
+  // the latest earlier SUBMIT of this connection with that tag, and the mount's prediction for it is the
+  // FIRST it was sent (or, with no FIRST, the FINAL, the only result it can know). The relay honours each
+  // one whatever the state of the request it names when the SUBMIT arrives:
+  //   - in flight: the prediction goes to the replicas as a predicate (the request must be ordered and must
+  //     have had its FIRST sent, or the SUBMIT is refused); if it fails, the shim makes this request a no-op
+  //     and its FINAL is kRolledBack with empty bytes;
+  //   - final with kCommitted (the prediction was the consensus): satisfied, and dropped;
+  //   - final with kRolledBack (the prediction was wrong, or it did not execute): this request is not sent;
+  //     its FINAL is kRolledBack with empty bytes at once, as the shim's no-op would have been;
+  //   - final with kRefused, or a tag the relay does not know (never submitted on this connection, cancelled
+  //     before its FINAL, or more FINALs back than the relay remembers): FINAL kRefused with a reason.
+  // So a request that relies on a wrong prediction never executes, however its SUBMIT raced with the FINAL
+  // of what it relies on. In NO-REP mode a dependency in flight needs no predicate (FIRST = FINAL).
   std::vector<std::uint64_t> deps;
   Bytes request;  // an fs::encode_request
   friend bool operator==(const Submit&, const Submit&) = default;

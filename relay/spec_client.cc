@@ -10,6 +10,8 @@
 //     never has to undo an effect on the replicas, only its own local state.
 #include "relay/spec_client.h"
 
+#include <deque>
+#include <unordered_map>
 #include <utility>
 
 #include "common/assert.h"
@@ -39,9 +41,20 @@ struct SpecClient::Impl {
         outcomes(spec_options.client.n),
         failures(spec_options.client.n, 0) {}
 
+  // What the library keeps of an operation once the caller took its final event: enough to judge a later
+  // dependency on it (spec_client.h, "Predicates").
+  struct Settled {
+    bool read_only = false;
+    Digest shown;         // what the caller was shown: the delivered first reply, else the consensus
+    Digest final_digest;  // the consensus
+  };
+
   const SpecClientOptions options;
   Client core;
   std::map<std::uint64_t, Op> ops;  // submitted, final event not yet taken by the caller
+  // The last options.finals_remembered operations whose final event the caller took, oldest first in order.
+  std::unordered_map<std::uint64_t, Settled> settled;
+  std::deque<std::uint64_t> settled_order;
   std::uint64_t highest_id = 0;      // ids above this were never issued
   std::size_t in_flight = 0;
   std::size_t ordered_in_flight = 0;  // not read-only, final event not produced
@@ -69,34 +82,56 @@ struct SpecClient::Impl {
     }
   }
 
+  // The digest of the result envelope the caller predicts for dependency `d`: its own prediction, else the
+  // first reply delivered for it, else (none delivered, final known) the consensus, the only result it knows.
+  static Digest predicted(const SpecDependency& d, const Digest& shown) {
+    if (d.predicted_inner) {
+      return digest_of(shim::encode_envelope_result(shim::ShimStatus::kExecuted, *d.predicted_inner));
+    }
+    return shown;
+  }
+
+  // Judges one dependency (spec_client.h, "Predicates"): appends the predicate it needs, if any, and sets
+  // `doomed` when it cannot hold.
+  void add_predicate(const SpecDependency& d, std::vector<std::pair<std::uint64_t, Digest>>& predicates,
+                     bool& doomed) const {
+    BFT_ASSERT(d.id != 0);
+    BFT_ASSERT(d.id <= highest_id);
+    Digest prediction;
+    Digest final_digest;
+    if (auto it = ops.find(d.id); it != ops.end()) {
+      const Op& dep = it->second;
+      BFT_ASSERT(!dep.read_only);  // §3.3: writes never depend on optimized reads
+      // Final but not yet taken, and no first reply delivered: the caller can only have its consensus value.
+      BFT_ASSERT(d.predicted_inner || dep.first_delivered || dep.final_produced);
+      prediction = predicted(d, dep.first_delivered ? dep.first_digest : dep.final_digest);
+      if (!dep.final_produced) {
+        predicates.emplace_back(d.id, prediction);
+        if (dep.doomed) doomed = true;
+        return;
+      }
+      final_digest = dep.final_digest;
+    } else {
+      auto done = settled.find(d.id);
+      BFT_ASSERT(done != settled.end());  // forgotten: more than finals_remembered final events ago
+      BFT_ASSERT(!done->second.read_only);
+      prediction = predicted(d, done->second.shown);
+      final_digest = done->second.final_digest;
+    }
+    // The consensus is known. A prediction that matches it is a settled fact: no predicate (the shim may have
+    // truncated the dependency from its log by now, and the predicate would then fail although it holds). One
+    // that does not can never hold: the predicate goes out so that every correct replica makes this a no-op.
+    if (prediction == final_digest) return;
+    predicates.emplace_back(d.id, prediction);
+    doomed = true;
+  }
+
   std::uint64_t submit(Bytes op, std::span<const SpecDependency> deps, bool read_only) {
     BFT_ASSERT(deps.size() <= shim::kDependenciesMax);
     BFT_ASSERT(!read_only || deps.empty());  // a read-only request is never predicated (the shim declines it)
     std::vector<std::pair<std::uint64_t, Digest>> predicates;
     bool doomed = false;
-    for (const SpecDependency& d : deps) {
-      BFT_ASSERT(d.id != 0 && d.id <= highest_id);
-      auto it = ops.find(d.id);
-      if (it == ops.end()) continue;  // its final event was taken: a fact the caller acted on
-      Op& dep = it->second;
-      BFT_ASSERT(!dep.read_only);  // §3.3: writes never depend on optimized reads
-      Digest predicted;
-      if (d.predicted_inner) {
-        predicted = digest_of(shim::encode_envelope_result(shim::ShimStatus::kExecuted, *d.predicted_inner));
-      } else if (dep.final_produced && !dep.first_delivered) {
-        // Final but not yet taken, and never predicted: the caller can only have its consensus value.
-        predicted = dep.final_digest;
-      } else {
-        BFT_ASSERT(dep.first_delivered);
-        predicted = dep.first_digest;
-      }
-      if (dep.final_produced) {
-        if (dep.final_digest != predicted) doomed = true;
-      } else if (dep.doomed) {
-        doomed = true;
-      }
-      predicates.emplace_back(d.id, predicted);
-    }
+    for (const SpecDependency& d : deps) add_predicate(d, predicates, doomed);
     std::vector<shim::Dependency> wire;
     wire.reserve(predicates.size());
     for (const auto& [id, digest] : predicates) wire.push_back(shim::Dependency{id, digest});
@@ -113,9 +148,9 @@ struct SpecClient::Impl {
     entry.doomed = doomed;
     entry.predicates = std::move(predicates);
     for (const auto& [dep_id, digest] : entry.predicates) {
+      // A settled dependency's predicate already dooms this one: only those in flight need to know of it.
       auto it = ops.find(dep_id);
-      BFT_ASSERT(it != ops.end());
-      if (!it->second.final_produced) it->second.dependents.push_back(id);
+      if (it != ops.end() && !it->second.final_produced) it->second.dependents.push_back(id);
     }
     stats.predicates_sent += entry.predicates.size();
     ops.emplace(id, std::move(entry));
@@ -209,9 +244,26 @@ struct SpecClient::Impl {
   std::vector<SpecEvent> take_events() {
     std::vector<SpecEvent> out = std::exchange(events, {});
     for (const SpecEvent& e : out) {
-      if (e.kind != SpecEventKind::kFirst) ops.erase(e.id);  // the caller now holds the final value
+      if (e.kind != SpecEventKind::kFirst) settle(e.id);  // the caller now holds the final value
     }
     return out;
+  }
+
+  // Moves a final operation from `ops` to `settled`, forgetting the oldest settled one beyond the limit.
+  void settle(std::uint64_t id) {
+    auto it = ops.find(id);
+    BFT_ASSERT(it != ops.end());
+    const Op& op = it->second;
+    BFT_ASSERT(op.final_produced);
+    BFT_ASSERT(op.dependents.empty());  // on_final handed them on
+    settled[id] = Settled{op.read_only, op.first_delivered ? op.first_digest : op.final_digest, op.final_digest};
+    settled_order.push_back(id);
+    ops.erase(it);
+    while (settled_order.size() > options.finals_remembered) {
+      settled.erase(settled_order.front());
+      settled_order.pop_front();
+    }
+    BFT_ASSERT(settled.size() == settled_order.size());
   }
 };
 

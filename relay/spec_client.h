@@ -14,14 +14,24 @@
 //     the first reply, and everything that relied on it).
 // Many operations may be in flight (the paper's library allowed one and needed 100 logical clients per process).
 //
-// Predicates (§3.2): an operation submitted with dependencies carries, for each dependency whose final event
-// the caller has not yet taken, the predicate "that request returned the result you delivered to me as its first
-// reply" (or a result the caller predicted itself, 0-reply speculation). The shim executes it only if every
-// predicate holds, otherwise a no-op with a retry result; so an operation that relied on a wrong prediction
-// never changes the replicated state, and its final event is kRollback (or kCommit with a retry status when no
-// first reply was delivered). A dependency whose final event was taken is a fact the caller already acted on,
-// so it needs no predicate. Dependencies are direct only: a request turned into a no-op logs its retry result,
-// so anything that predicted its success fails in turn.
+// Predicates (§3.2): an operation submitted with dependencies executes only if each dependency returned what
+// the caller predicts for it: the result it gives in SpecDependency::predicted_inner (0-reply speculation), else
+// the first reply delivered for it, else (no first reply delivered, final event produced) its consensus result,
+// the only one the caller can know. Each dependency is honoured whatever its state at submit():
+//   - final event not produced yet: the prediction goes to the replicas as the predicate "that request returned
+//     this result". The shim executes the operation only if every predicate holds, otherwise a no-op with a
+//     retry result; so an operation that relied on a wrong prediction never changes the replicated state.
+//   - final event produced (taken by the caller or not): the library compares the prediction with the
+//     consensus itself. Equal: the dependency holds and no predicate is sent -- it is a settled fact, and the
+//     shim keeps only a client's most recent results (shim.h, log truncation), so a predicate on an old request
+//     could fail although it holds. Different: the operation can never execute; it is sent with the failing
+//     predicate, so every correct replica makes it a no-op (kRetryPredicateFailed, or kRetryDependencyUnknown
+//     if its log no longer holds the dependency), and its first reply is never delivered.
+// Either way the final event of an operation that relied on a wrong prediction has a retry status (kRollback
+// if its own first reply was delivered, else kCommit). The library remembers the consensus of the last
+// `finals_remembered` operations whose final event was taken; a dependency on an older one is a precondition
+// violation (the caller has long held that final result and must not list it). Dependencies are direct only:
+// a request turned into a no-op logs its retry result, so anything that predicted its success fails in turn.
 //
 // Faulty primaries (§3.4): for each replica the library remembers whether each of its last `failure_window`
 // first replies matched the consensus; while more than failure_permille_max/1000 of them failed, it does not
@@ -54,6 +64,9 @@ struct SpecClientOptions {
   std::uint32_t failure_window = 100;      // n of §3.4: the last n first replies of each replica (0: never
                                            // stop speculating, for measuring what failures cost)
   std::uint32_t failure_permille_max = 10; // 1%: above this failure rate a replica's first replies are not used
+  // Operations whose final event was taken that a later dependency may still name (about 100 bytes each):
+  // the library compares such a dependency's prediction with the consensus it remembers (see Predicates).
+  std::uint32_t finals_remembered = 1024;
 };
 
 // An operation this one relies on: its id (from submit) and, for 0-reply speculation, the inner result the
@@ -94,8 +107,10 @@ class SpecClient {
   SpecClient& operator=(const SpecClient&) = delete;
 
   // Submits `op` for the shim's inner service. Preconditions (asserted: a caller that breaks them has a bug):
-  // each dependency is an id this client returned, not read-only, and either has a prediction of its own, had
-  // its kFirst delivered, or had its final event taken. At most shim::kDependenciesMax dependencies.
+  // each dependency is an id this client returned, not read-only, either has a prediction of its own, had its
+  // kFirst delivered, or had its final event produced, and is in flight or among the last finals_remembered
+  // whose final event was taken. At most shim::kDependenciesMax dependencies. Always sends the operation (a
+  // doomed one too: every submit gets its final event from the replicas).
   std::uint64_t submit(Bytes op, std::span<const SpecDependency> depends_on, bool read_only = false);
   void on_message(NodeId from, const Message& message);
   void on_tick();

@@ -140,6 +140,87 @@ TEST_CASE("spec client: a dependent request predicates on the first reply, not o
   CHECK(b < c);
 }
 
+TEST_CASE("spec client: a dependency whose final event was taken is judged by its consensus, not dropped", "[spec]") {
+  Fixture fx;
+  const std::uint64_t a = fx.client->submit(Bytes{1}, {});
+  fx.client->take_effects();
+  fx.early(a, executed({6}));  // the primary lies
+  fx.client->take_events();
+  fx.consensus(a, executed({7}));
+  auto ev = fx.client->take_events();
+  REQUIRE(ev.size() == 1);
+  REQUIRE(ev[0].kind == SpecEventKind::kRollback);
+  // The caller acted on the first reply and, before it looked at the rollback, submits b relying on it: b can
+  // never execute, so it carries the failing predicate and its first reply is withheld.
+  const SpecDependency on_a{a, std::nullopt};
+  const std::uint64_t b = fx.client->submit(Bytes{2}, {&on_a, 1});
+  auto preds = fx.last_predicates();
+  REQUIRE(preds.size() == 1);
+  CHECK(preds[0].request_id == a);
+  CHECK(preds[0].result_digest == digest_of(executed({6})));
+  fx.early(b, executed({8}));
+  CHECK(fx.client->take_events().empty());
+  CHECK(fx.client->stats().first_withheld_doomed == 1);
+  const Bytes retry = shim::encode_envelope_result(shim::ShimStatus::kRetryPredicateFailed, {});
+  fx.consensus(b, retry);
+  ev = fx.client->take_events();
+  REQUIRE(ev.size() == 1);
+  CHECK(ev[0].kind == SpecEventKind::kCommit);
+  CHECK(ev[0].status == shim::ShimStatus::kRetryPredicateFailed);
+  // A 0-reply prediction of a settled operation is judged the same way: the consensus holds, a guess does not.
+  const SpecDependency right{a, Bytes{7}};
+  fx.client->submit(Bytes{3}, {&right, 1});
+  CHECK(fx.last_predicates().empty());
+  const SpecDependency wrong{a, Bytes{5}};
+  fx.client->submit(Bytes{4}, {&wrong, 1});
+  preds = fx.last_predicates();
+  REQUIRE(preds.size() == 1);
+  CHECK(preds[0].result_digest == digest_of(executed({5})));
+}
+
+TEST_CASE("spec client: a dependency whose consensus is known and matches needs no predicate", "[spec]") {
+  Fixture fx;
+  const std::uint64_t a = fx.client->submit(Bytes{1}, {});
+  fx.client->take_effects();
+  fx.early(a, executed({7}));
+  fx.client->take_events();
+  // The consensus arrives but the caller has not taken it yet when it submits b: a is already a fact, and a
+  // predicate on it could only fail spuriously later (the shim's log truncation).
+  fx.consensus(a, executed({7}));
+  const SpecDependency on_a{a, std::nullopt};
+  fx.client->submit(Bytes{2}, {&on_a, 1});
+  CHECK(fx.last_predicates().empty());
+  // And one that was never speculated on: the caller can only know its consensus.
+  const std::uint64_t c = fx.client->submit(Bytes{3}, {});
+  fx.client->take_effects();
+  fx.consensus(c, executed({9}));
+  fx.client->take_events();
+  const SpecDependency on_c{c, std::nullopt};
+  fx.client->submit(Bytes{4}, {&on_c, 1});
+  CHECK(fx.last_predicates().empty());
+}
+
+TEST_CASE("spec client: the last finals_remembered settled operations are still judged", "[spec]") {
+  SpecClientOptions o;
+  o.finals_remembered = 2;
+  o.failure_window = 0;  // keep speculating on a primary that always lies
+  Fixture fx(o);
+  std::vector<std::uint64_t> ids;
+  for (std::uint8_t k = 0; k < 3; ++k) {
+    ids.push_back(fx.client->submit(Bytes{k}, {}));
+    fx.client->take_effects();
+    fx.early(ids.back(), executed({6}));
+    fx.consensus(ids.back(), executed({7}));
+    fx.client->take_events();
+  }
+  // The two most recent are still judged (their first replies were wrong): failing predicates.
+  for (std::size_t k = 1; k < 3; ++k) {
+    const SpecDependency dep{ids[k], std::nullopt};
+    fx.client->submit(Bytes{9}, {&dep, 1});
+    CHECK(fx.last_predicates().size() == 1);
+  }
+}
+
 TEST_CASE("spec client: a 0-reply prediction predicates on the predicted result envelope", "[spec]") {
   Fixture fx;
   const std::uint64_t a = fx.client->submit(Bytes{1}, {});
