@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import Daemon
+from harness.daemon import Daemon
 
 FIRST, FINAL = 130, 131
 FLAG_REPORT_FIRST = 2
