@@ -25,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the harness package
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reporting  # noqa: E402
 

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from bftfs_mount import Mount
-from conftest import Daemon, wait_until
+from harness.daemon import Daemon
+from harness.mount import Mount
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.fuse, pytest.mark.slow]
 
