@@ -4,9 +4,12 @@
 #include <cstring>
 
 #include "cli/cli_common.h"
+#include "criu-hooks/tree_spawn.h"
 
 int main(int argc, char** argv) {
   using namespace bftfs::cli;
+  // The init of a tree under `bftfs run` is this program again (criu-hooks/tree_spawn.h).
+  if (argc > 0 && std::strcmp(argv[0], bftfs::criu::kTreeInitArgv0) == 0) bftfs::criu::tree_init_main(argc, argv);
   CLI::App root("Byzantine-fault-tolerant replicated file system: daemons, clients and tools.", "bftfs");
   configure_root(root);
   Commands commands;
@@ -20,6 +23,7 @@ int main(int argc, char** argv) {
   add_status(root, commands);
   add_mount(root, commands);
   add_umount(root, commands);
+  add_run(root, commands);
   root.footer("bftfs <command> --help prints the options of a command.");
   if (argc < 2) {
     std::fputs(root.help().c_str(), stderr);
