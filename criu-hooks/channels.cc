@@ -87,7 +87,6 @@ TreeStdio TreeChannels::tree_stdio() const {
   s.in = stdin_r_.get();
   s.out = pty_ ? slave_.get() : out_w_.get();
   s.err = pty_ ? slave_.get() : err_w_.get();
-  s.ctty = pty_ ? slave_.get() : -1;
   BFT_ASSERT(s.in >= 0 && s.out >= 0 && s.err >= 0);
   return s;
 }

@@ -3,7 +3,9 @@
 // stdin is always a pipe: the supervisor writes into it what the user typed or piped, and can tell at a
 // checkpoint how much the tree had consumed (what it wrote minus what still sits in the pipe). stdout and stderr
 // are one pty when the user's stdout is a terminal (programs then behave as on a terminal: line buffering,
-// colours), else two pipes. The supervisor reads them and decides when the bytes reach the user.
+// colours), else two pipes. The supervisor reads them and decides when the bytes reach the user. The pty is not the
+// tree's controlling terminal: CRIU restores a session whose terminal is external without one, so the tree never
+// has one and behaves the same before and after a rollback (opening /dev/tty fails with ENXIO).
 //
 // CRIU sees the supervisor's ends as outside the tree. At a dump a pty is named as external (`tty[rdev:dev]`);
 // pipes need nothing. At a restore the image's files are replaced by the supervisor's (--inherit-fd): the same

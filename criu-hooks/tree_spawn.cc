@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -63,7 +62,6 @@ std::string bind_back(const std::string& cwd, const char* top, const std::vector
   if (::read(go_fd, &go, 1) != 1) ::_exit(125);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::setsid() < 0) ::_exit(125);
-  if (stdio.ctty >= 0 && ::ioctl(stdio.ctty, TIOCSCTTY, 0) != 0) ::_exit(125);
   // Out of the way first, so that no dup2 below overwrites a source it still needs.
   const int moved[4] = {::fcntl(stdio.in, F_DUPFD_CLOEXEC, 10), ::fcntl(stdio.out, F_DUPFD_CLOEXEC, 10),
                         ::fcntl(stdio.err, F_DUPFD_CLOEXEC, 10), ::fcntl(exec_error_fd, F_DUPFD_CLOEXEC, 10)};
@@ -187,10 +185,8 @@ void tree_init_main(int argc, char** argv) {
     [[maybe_unused]] const ssize_t w = ::write(3, &e, sizeof e);
     ::_exit(e == ENOENT ? 127 : 126);
   }
-  // The init keeps no pipe or terminal open, only /dev/null: CRIU 4.1.1, restoring the controlling terminal of a
-  // session whose leader has no fd at all, hits a BUG() (find_unused_fd walks an empty fd list).
+  // The init holds no file at all, so its image is small and it keeps no pipe or terminal open.
   ::close_range(0, ~0u, 0);
-  if (::open("/dev/null", O_RDONLY) != 0) ::_exit(125);
   for (;;) {
     int status = 0;
     const pid_t p = ::waitpid(-1, &status, 0);

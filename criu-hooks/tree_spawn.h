@@ -19,16 +19,15 @@ namespace bftfs::criu {
 // working directory /tmp or /run itself becomes the new, empty one. Returns "" or what failed.
 [[nodiscard]] std::string enter_private_mounts();
 
-// The tree's standard streams and its controlling terminal (-1 for none). The caller keeps ownership.
+// The tree's standard streams. The caller keeps ownership.
 struct TreeStdio {
   int in = -1;
   int out = -1;
   int err = -1;
-  int ctty = -1;
 };
 
 // Starts `argv` (argv[0] looked up in PATH) in a new pid namespace, after enter_private_mounts(). Its init (pid 1
-// there) becomes a session leader (with stdio.ctty as controlling terminal when given) and executes
+// there) becomes a session leader without a controlling terminal and executes
 // `self_exe` -- this program, by path, so that every mapping of the init belongs to the new mount namespace, as
 // CRIU requires -- as tree_init_main(), which runs the command. The init is a child of the caller, which must be a
 // child subreaper (it is reparented to the caller) and blocks SIGCHLD; it dies with the caller. Sets `init` to
