@@ -4,12 +4,9 @@
 #include <cstring>
 
 #include "cli/cli_common.h"
-#include "criu-hooks/tree_spawn.h"
 
 int main(int argc, char** argv) {
   using namespace bftfs::cli;
-  // The init of a tree under `bftfs run` is this program again (criu-hooks/tree_spawn.h).
-  if (argc > 0 && std::strcmp(argv[0], bftfs::criu::kTreeInitArgv0) == 0) bftfs::criu::tree_init_main(argc, argv);
   CLI::App root("Byzantine-fault-tolerant replicated file system: daemons, clients and tools.", "bftfs");
   configure_root(root);
   Commands commands;

@@ -171,6 +171,8 @@ int run_run(const RunArgs& a) {
   for (const std::string& k : split_commas(a.test_rollback_after)) rollback_after.insert(std::strtoull(k.c_str(), nullptr, 10));
   criu::SupervisorOptions options;
   options.argv = a.command;
+  const std::string self = self_executable();
+  options.init_binary = self.substr(0, self.rfind('/') + 1) + "bftfs-run-init";
   options.images_dir = a.images_dir;
   options.criu_log_level = static_cast<int>(a.criu_log_level);
   options.pty = ::isatty(STDOUT_FILENO) == 1;

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -93,13 +92,10 @@ std::string Supervisor::start(const SupervisorOptions& options, std::unique_ptr<
   s.signal_fd.reset(::signalfd(-1, &s.handled, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!s.signal_fd.valid()) return errno_text("signalfd");
 
-  // Read before the mount namespace changes: the init executes this program by path in the new one.
-  char self[PATH_MAX];
-  const ssize_t self_len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (self_len <= 0) return errno_text("readlink /proc/self/exe");
-  const std::string self_exe(self, static_cast<std::size_t>(self_len));
+  if (::access(options.init_binary.c_str(), X_OK) != 0) return errno_text(options.init_binary);
   if (std::string err = enter_private_mounts(); !err.empty()) return err;
-  if (::access(self_exe.c_str(), X_OK) != 0) return errno_text(self_exe + " (hidden by the private /run or /tmp?)");
+  if (::access(options.init_binary.c_str(), X_OK) != 0)
+    return errno_text(options.init_binary + " (hidden by the private /run or /tmp)");
   const std::string images = options.images_dir.empty() ? kDefaultImages : options.images_dir;
   if (std::string err = open_images_root(images, s.images_root); !err.empty()) return err;
   s.criu = std::make_unique<CriuService>(options.criu_binary, images + "/criu.conf");
@@ -107,7 +103,7 @@ std::string Supervisor::start(const SupervisorOptions& options, std::unique_ptr<
   if (!s.tmp_dir.valid()) return errno_text("open /tmp");
 
   if (std::string err = TreeChannels::create(options.pty, STDOUT_FILENO, s.channels); !err.empty()) return err;
-  if (std::string err = spawn_tree(self_exe, options.argv, s.channels->tree_stdio(), s.root, s.exec_errno); !err.empty())
+  if (std::string err = spawn_tree(options.init_binary, options.argv, s.channels->tree_stdio(), s.root, s.exec_errno); !err.empty())
     return err;
   s.channels->close_tree_ends();
   LOG_INFO("run", "tree started: init pid %d, %s", static_cast<int>(s.root), options.pty ? "pty" : "pipes");

@@ -34,6 +34,7 @@ namespace bftfs::criu {
 
 struct SupervisorOptions {
   std::vector<std::string> argv;            // the command; argv[0] is looked up in PATH
+  std::string init_binary;                  // the tree's init (criu-hooks/tree_init_main.cc), an absolute path
   std::string criu_binary = "bftfs-criu";   // CRIU's swrk service binary (scripts/install-criu.sh installs it)
   // Where checkpoint images go, one directory per epoch, deleted when no longer needed. Empty: a directory on the
   // private /run tmpfs (memory, gone with the supervisor).

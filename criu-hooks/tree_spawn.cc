@@ -53,8 +53,8 @@ std::string bind_back(const std::string& cwd, const char* top, const std::vector
   return "";
 }
 
-// The init's side of spawn_tree, before it executes tree_init_main(); never returns.
-[[noreturn]] void start_init(const std::string& self_exe, char* const* argv, const TreeStdio& stdio, int go_fd,
+// The init's side of spawn_tree, before it executes the init binary; never returns.
+[[noreturn]] void start_init(const std::string& init_binary, char* const* argv, const TreeStdio& stdio, int go_fd,
                              int exec_error_fd) {
   char go = 0;
   // The caller writes one byte once it has reaped the intermediate process that created this namespace: from then
@@ -69,7 +69,7 @@ std::string bind_back(const std::string& cwd, const char* top, const std::vector
     if (moved[target] < 0 || ::dup2(moved[target], target) < 0) ::_exit(125);
   }
   ::close_range(4, ~0u, 0);
-  ::execv(self_exe.c_str(), argv);
+  ::execv(init_binary.c_str(), argv);
   const int e = errno;
   [[maybe_unused]] const ssize_t w = ::write(3, &e, sizeof e);
   ::_exit(125);
@@ -105,11 +105,11 @@ std::string enter_private_mounts() {
   return "";
 }
 
-std::string spawn_tree(const std::string& self_exe, const std::vector<std::string>& argv, const TreeStdio& stdio,
+std::string spawn_tree(const std::string& init_binary, const std::vector<std::string>& argv, const TreeStdio& stdio,
                        pid_t& init, int& exec_errno) {
   BFT_ASSERT(!argv.empty());
   std::vector<char*> cargv;
-  cargv.push_back(const_cast<char*>(kTreeInitArgv0));
+  cargv.push_back(const_cast<char*>(init_binary.c_str()));
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
 
@@ -133,7 +133,7 @@ std::string spawn_tree(const std::string& self_exe, const std::vector<std::strin
       pid_r.reset();
       pid_w.reset();
       err_r.reset();
-      start_init(self_exe, cargv.data(), stdio, go_r.get(), err_w.get());
+      start_init(init_binary, cargv.data(), stdio, go_r.get(), err_w.get());
     }
     const pid_t report = child > 0 ? child : -errno;
     [[maybe_unused]] const ssize_t w = ::write(pid_w.get(), &report, sizeof report);
@@ -162,37 +162,6 @@ std::string spawn_tree(const std::string& self_exe, const std::vector<std::strin
   }
   if (got == static_cast<ssize_t>(sizeof e)) exec_errno = e;
   return "";
-}
-
-}  // namespace bftfs::criu
-
-namespace bftfs::criu {
-
-void tree_init_main(int argc, char** argv) {
-  if (argc < 2 || ::fcntl(3, F_SETFD, FD_CLOEXEC) != 0) ::_exit(125);
-  const pid_t cmd = ::fork();
-  if (cmd < 0) ::_exit(125);
-  if (cmd == 0) {
-    // The supervisor's blocked and ignored signals survived the exec of the init: the command starts clean.
-    sigset_t none;
-    ::sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-    }
-    ::execvp(argv[1], argv + 1);
-    const int e = errno;
-    [[maybe_unused]] const ssize_t w = ::write(3, &e, sizeof e);
-    ::_exit(e == ENOENT ? 127 : 126);
-  }
-  // The init holds no file at all, so its image is small and it keeps no pipe or terminal open.
-  ::close_range(0, ~0u, 0);
-  for (;;) {
-    int status = 0;
-    const pid_t p = ::waitpid(-1, &status, 0);
-    if (p == cmd) ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-    if (p < 0 && errno == ECHILD) ::_exit(125);  // cannot happen: the command is our child until we reap it
-  }
 }
 
 }  // namespace bftfs::criu

@@ -27,23 +27,14 @@ struct TreeStdio {
 };
 
 // Starts `argv` (argv[0] looked up in PATH) in a new pid namespace, after enter_private_mounts(). Its init (pid 1
-// there) becomes a session leader without a controlling terminal and executes
-// `self_exe` -- this program, by path, so that every mapping of the init belongs to the new mount namespace, as
-// CRIU requires -- as tree_init_main(), which runs the command. The init is a child of the caller, which must be a
-// child subreaper (it is reparented to the caller) and blocks SIGCHLD; it dies with the caller. Sets `init` to
-// its pid as the caller sees it, and `exec_errno` to the errno of a failed exec of the init or of the command
-// (the tree then exits at once with 127 for ENOENT, else 126; 125 if the init could not be executed) or 0.
-[[nodiscard]] std::string spawn_tree(const std::string& self_exe, const std::vector<std::string>& argv,
+// there) becomes a session leader without a controlling terminal and executes `init_binary`
+// (criu-hooks/tree_init_main.cc, a small static program: every task of the tree adds to the cost of each dump),
+// which runs the command. The init binary is executed by path inside the new mount namespace, so that all its
+// mappings belong to mounts CRIU can see there. The init is a child of the caller, which must be a child subreaper
+// (the init is reparented to it) and blocks SIGCHLD; it dies with the caller. Sets `init` to its pid as the caller
+// sees it, and `exec_errno` to the errno of a failed exec of the init or of the command (the tree then exits at
+// once with 127 for ENOENT, else 126; 125 if the init could not be executed) or 0.
+[[nodiscard]] std::string spawn_tree(const std::string& init_binary, const std::vector<std::string>& argv,
                                      const TreeStdio& stdio, pid_t& init, int& exec_errno);
-
-// argv[0] of the tree's init: a program whose argv[0] is this runs tree_init_main() instead of its usual main.
-inline constexpr const char* kTreeInitArgv0 = "bftfs-run-init";
-
-// The tree's init, as spawn_tree() executes it with argv = {kTreeInitArgv0, CMD, ARGS...}, fds 0-2 the
-// command's stdin, stdout and stderr and fd 3 where a failed exec of the command is reported (an errno). It forks
-// the command as pid 2 with only fds 0-2 and default signal handling, closes all its own fds (so its image holds
-// no file), reaps every process of the namespace, and exits with the command's exit code (128+N when signal N
-// killed it); when it exits the kernel kills whatever is left in the namespace. Never returns.
-[[noreturn]] void tree_init_main(int argc, char** argv);
 
 }  // namespace bftfs::criu
