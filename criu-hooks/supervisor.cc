@@ -103,7 +103,8 @@ std::string Supervisor::start(const SupervisorOptions& options, std::unique_ptr<
   if (!s.tmp_dir.valid()) return errno_text("open /tmp");
 
   if (std::string err = TreeChannels::create(options.pty, STDOUT_FILENO, s.channels); !err.empty()) return err;
-  if (std::string err = spawn_tree(options.init_binary, options.argv, s.channels->tree_stdio(), s.root, s.exec_errno); !err.empty())
+  const TreeStdio stdio = s.channels->tree_stdio();
+  if (std::string err = spawn_tree(options.init_binary, options.argv, stdio, s.root, s.exec_errno); !err.empty())
     return err;
   s.channels->close_tree_ends();
   LOG_INFO("run", "tree started: init pid %d, %s", static_cast<int>(s.root), options.pty ? "pty" : "pipes");

@@ -173,8 +173,7 @@ std::string Supervisor::Impl::rollback_to(EpochId epoch) {
   exited = false;
   exit_code = 125;
   auto fail = [this](const std::string& why) {
-    exited = true;
-    LOG_ERROR("run", "rollback failed: %s", why.c_str());
+    exited = true;  // no tree any more: the caller reports why
     return why;
   };
 

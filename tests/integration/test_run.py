@@ -58,7 +58,7 @@ def criu_ready(bftfs_bin: Path, root_only, tmp_path_factory) -> None:
         pytest.skip(f"{binary} is not installed: `make deps` installs CRIU 4.1.1 (scripts/install-criu.sh)")
     work = tmp_path_factory.mktemp("criu-probe")
     stats = work / "stats.json"
-    done = run(bftfs_bin, ["--test-checkpoint-ms", "20", "--test-stats-json", str(stats), "--", "sleep", "0.5"],
+    done = run(bftfs_bin, ["--test-checkpoint-ms", "20", "--test-stats-json", str(stats), "--", "sleep", "2"],
                work)
     if b"without libcriu" in done.stderr:
         pytest.skip("bftfs was built without libcriu: `make deps`, then rebuild")
@@ -202,13 +202,14 @@ def test_run_rollback_replays_the_stdin_the_tree_had_consumed(bftfs_bin, criu_re
 
 
 def test_run_pty_output_survives_a_rollback(bftfs_bin, criu_ready, tmp_path):
-    if shutil.which("script") is None:
-        pytest.skip("script(1) (bsdutils) is needed to give bftfs run a terminal")
+    if shutil.which("script") is None or subprocess.run(["script", "-qec", "true", "/dev/null"],
+                                                        stdin=subprocess.DEVNULL, capture_output=True).returncode:
+        pytest.skip("script(1) (bsdutils) cannot give bftfs run a terminal here")
     # The pty is not a controlling terminal, before the rollbacks as after them.
     no_ctty = "(: > /dev/tty) 2>/dev/null || echo no-controlling-terminal\n"
     prog = script(tmp_path / "tty.sh", "#!/bin/sh\n"
                   "test -t 1 && test -t 2 && echo stdout-is-a-tty\n" + no_ctty +
-                  "i=0; while [ $i -lt 40 ]; do echo \"line $i\"; i=$((i + 1)); sleep 0.02; done\n" + no_ctty)
+                  "i=0; while [ $i -lt 60 ]; do echo \"line $i\"; i=$((i + 1)); sleep 0.02; done\n" + no_ctty)
     stats = tmp_path / "stats.json"
     inner = (f"{bftfs_bin} run --test-checkpoint-ms 100 --test-rollback-after 2,3 --test-stats-json {stats} "
              f"-- {prog}")
@@ -216,7 +217,7 @@ def test_run_pty_output_survives_a_rollback(bftfs_bin, criu_ready, tmp_path):
                           stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S)
     text = done.stdout.decode(errors="replace").replace("\r\n", "\n")
     assert done.returncode == 0, text
-    expected = ["stdout-is-a-tty", "no-controlling-terminal"] + [f"line {i}" for i in range(40)]
+    expected = ["stdout-is-a-tty", "no-controlling-terminal"] + [f"line {i}" for i in range(60)]
     expected.append("no-controlling-terminal")
     assert text.splitlines() == expected
     assert len(stats_of(stats)["restores"]) == 2
