@@ -106,8 +106,7 @@ void print_stats(const criu::SupervisorStats& s) {
 }
 
 // Every checkpoint and restore with its costs, for tests and measurement scripts.
-void write_stats_json(const std::string& path, const criu::SupervisorStats& s, int exit_code) {
-  std::ofstream out(path);
+void write_stats_json(std::ofstream& out, const criu::SupervisorStats& s, int exit_code) {
   out << "{\"exit_code\": " << exit_code << ", \"checkpoint_failures\": " << s.checkpoint_failures
       << ", \"epochs_committed\": " << s.epochs_committed << ", \"epochs_discarded\": " << s.epochs_discarded
       << ", \"output_bytes_released\": " << s.output_bytes_released
@@ -168,9 +167,15 @@ int drive_test_epochs(criu::Supervisor& sup, std::uint64_t period_ms, const std:
 }
 
 int run_run(const RunArgs& a) {
+  if (!a.test_rollback_after.empty() && a.test_checkpoint_ms == 0) {
+    error("run", "--test-rollback-after needs --test-checkpoint-ms");
+    return kExitUsage;
+  }
   log_set_level(a.verbose ? LogLevel::kInfo : LogLevel::kWarn);
   std::set<std::uint64_t> rollback_after;
-  for (const std::string& k : split_commas(a.test_rollback_after)) rollback_after.insert(std::strtoull(k.c_str(), nullptr, 10));
+  for (const std::string& k : split_commas(a.test_rollback_after)) {
+    rollback_after.insert(std::strtoull(k.c_str(), nullptr, 10));
+  }
   criu::SupervisorOptions options;
   options.argv = a.command;
   const std::string self = self_executable();
@@ -186,15 +191,25 @@ int run_run(const RunArgs& a) {
     }
     options.criu_binary = a.criu;  // not needed: nothing checkpoints
   }
+  // Opened before the supervisor makes /tmp private: the path is the user's.
+  std::ofstream stats_json;
+  if (!a.test_stats_json.empty()) {
+    stats_json.open(a.test_stats_json);
+    if (!stats_json) {
+      error("run", "cannot write " + a.test_stats_json);
+      return kExitRunFailure;
+    }
+  }
   std::unique_ptr<criu::Supervisor> sup;
   if (const std::string err = criu::Supervisor::start(options, sup); !err.empty()) {
     error("run", err);
     return kExitRunFailure;
   }
   if (sup->exec_errno() != 0) error("run", a.command.front() + ": " + std::strerror(sup->exec_errno()));
-  const int code = a.test_checkpoint_ms > 0 ? drive_test_epochs(*sup, a.test_checkpoint_ms, rollback_after) : sup->finish();
+  const int code =
+      a.test_checkpoint_ms > 0 ? drive_test_epochs(*sup, a.test_checkpoint_ms, rollback_after) : sup->finish();
   if (a.stats) print_stats(sup->stats());
-  if (!a.test_stats_json.empty()) write_stats_json(a.test_stats_json, sup->stats(), code);
+  if (stats_json.is_open()) write_stats_json(stats_json, sup->stats(), code);
   return code;
 }
 
@@ -216,22 +231,31 @@ void add_run(CLI::App& root, Commands& out) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app->add_flag("--stats", a->stats, "print checkpoints, rollbacks and their costs to stderr at the end");
   app->add_flag("-v,--verbose", a->verbose, "log every checkpoint, commit and rollback to stderr");
-  app->add_option("--criu", a->criu, "CRIU's service binary, a path or a name in PATH ($BFTFS_CRIU)")->type_name("PATH");
+  app->add_option("--criu", a->criu, "CRIU's service binary, a path or a name in PATH ($BFTFS_CRIU)")
+      ->type_name("PATH");
   app->add_option("--images-dir", a->images_dir, "keep checkpoint images in DIR instead of memory")->type_name("DIR");
   app->add_option("--criu-log-level", a->criu_log_level, "CRIU's log level in the images' dump.log and restore.log")
       ->type_name("N")
       ->transform(decimal(0, 4));
-  // Tests and measurements only: checkpoints and rollbacks without speculation.
-  app->add_option("--test-checkpoint-ms", a->test_checkpoint_ms)->group("")->transform(decimal(1, 3600000));
+  // Tests and measurements only: checkpoints and rollbacks without speculation. Hidden options have no name in
+  // CLI11's messages, so their validators name them.
+  app->add_option("--test-checkpoint-ms", a->test_checkpoint_ms)
+      ->group("")
+      ->transform(CLI::Validator(
+          [](std::string& v) {
+            std::string err = decimal(1, 3600000)(v);
+            return err.empty() ? err : "--test-checkpoint-ms: " + err;
+          },
+          ""));
   app->add_option("--test-rollback-after", a->test_rollback_after)
       ->group("")
-      ->needs("--test-checkpoint-ms")
       ->check([](const std::string& v) -> std::string {
         const auto ks = split_commas(v);
-        if (ks.empty()) return "expected K[,K...]";
+        if (ks.empty()) return "--test-rollback-after: expected K[,K...]";
         for (const std::string& k : ks) {
-          if (k.find_first_not_of("0123456789") != std::string::npos || k.size() > 9 || std::strtoull(k.c_str(), nullptr, 10) < 2)
-            return "each K must be a checkpoint number >= 2, got '" + k + "'";
+          const bool number = !k.empty() && k.size() <= 9 && k.find_first_not_of("0123456789") == std::string::npos;
+          if (!number || std::strtoull(k.c_str(), nullptr, 10) < 2)
+            return "--test-rollback-after: each K must be a checkpoint number >= 2, got '" + k + "'";
         }
         return "";
       });

@@ -115,8 +115,11 @@ std::vector<std::pair<int, Stream>> TreeChannels::outputs() const {
 }
 
 bool TreeChannels::read_available(int fd, std::string& out) {
-  UniqueFd* channel = fd == master_.get() ? &master_ : fd == out_r_.get() ? &out_r_ : fd == err_r_.get() ? &err_r_ : nullptr;
-  BFT_ASSERT(channel != nullptr && channel->valid());
+  UniqueFd* channel = nullptr;
+  for (UniqueFd* c : {&master_, &out_r_, &err_r_}) {
+    if (c->valid() && c->get() == fd) channel = c;
+  }
+  BFT_ASSERT(channel != nullptr);
   char buf[65536];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
@@ -143,7 +146,8 @@ std::vector<std::string> TreeChannels::dump_externals() const {
   return {stdout_key_};
 }
 
-std::string TreeChannels::prepare_restore(const EpochRecord& image, std::vector<std::pair<int, std::string>>& inherit) {
+std::string TreeChannels::prepare_restore(const EpochRecord& image,
+                                          std::vector<std::pair<int, std::string>>& inherit) {
   inherit.clear();
   if (std::string err = make_stdin(); !err.empty()) return err;
   inherit.emplace_back(stdin_r_.get(), image.stdin_key);

@@ -63,7 +63,8 @@ class TreeChannels {
   // ones (whatever the old ones still hold is lost, as it belongs to the tree being replaced); `inherit` receives
   // the tree's new ends with the image's keys, with FD_CLOEXEC cleared so CRIU inherits them; close_tree_ends()
   // afterwards.
-  [[nodiscard]] std::string prepare_restore(const EpochRecord& image, std::vector<std::pair<int, std::string>>& inherit);
+  [[nodiscard]] std::string prepare_restore(const EpochRecord& image,
+                                            std::vector<std::pair<int, std::string>>& inherit);
 
   // Copies the user's terminal size to the pty (after SIGWINCH). No-op without a pty.
   void copy_window_size(int terminal_fd) const;

@@ -40,7 +40,9 @@ std::string log_errors(int images_dir_fd, const char* log_name) {
   if (!fd.valid()) return std::string("no ") + log_name;
   std::string text;
   char buf[65536];
-  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) > 0 && text.size() < (4u << 20);) text.append(buf, static_cast<std::size_t>(n));
+  for (ssize_t n; text.size() < (4u << 20) && (n = ::read(fd.get(), buf, sizeof buf)) > 0;) {
+    text.append(buf, static_cast<std::size_t>(n));
+  }
   std::string out;
   int found = 0;
   for (std::size_t pos = 0; pos < text.size() && found < 3;) {
@@ -55,9 +57,11 @@ std::string log_errors(int images_dir_fd, const char* log_name) {
 }
 
 std::string describe(int rc, const std::string& binary, int images_dir_fd, const char* log_name) {
-  if (rc == -ECONNREFUSED || rc == -ECOMM) return "cannot talk to the CRIU service " + binary + ": " + std::strerror(-rc);
+  if (rc == -ECONNREFUSED || rc == -ECOMM)
+    return "cannot talk to the CRIU service " + binary + ": " + std::strerror(-rc);
   if (rc == -EBADE) return log_errors(images_dir_fd, log_name);
-  return "libcriu returned " + std::to_string(rc) + " (" + std::strerror(-rc) + "); " + log_errors(images_dir_fd, log_name);
+  return "libcriu returned " + std::to_string(rc) + " (" + std::strerror(-rc) + "); " +
+         log_errors(images_dir_fd, log_name);
 }
 
 std::string make_opts(const std::string& binary, int images_dir_fd, int log_level, const char* log_name, Opts& out) {
@@ -111,7 +115,8 @@ std::string CriuService::restore_child(const RestoreRequest& request, pid_t& roo
   for (const auto& [fd, key] : request.inherit_fds) {
     BFT_ASSERT(fd >= 0);
     BFT_ASSERT((::fcntl(fd, F_GETFD) & FD_CLOEXEC) == 0);
-    if (criu_local_add_inherit_fd(opts.get(), fd, key.c_str()) != 0) return "criu_local_add_inherit_fd " + key + " failed";
+    if (criu_local_add_inherit_fd(opts.get(), fd, key.c_str()) != 0)
+      return "criu_local_add_inherit_fd " + key + " failed";
   }
   const int rc = criu_local_restore_child(opts.get());
   if (rc <= 0) return "restore failed: " + describe(rc, binary_, request.images_dir_fd, "restore.log");

@@ -14,7 +14,7 @@ class Reader {
   bool u32le(std::uint32_t& out) {
     if (bytes_.size() - pos_ < 4) return false;
     out = 0;
-    for (int i = 3; i >= 0; --i) out = (out << 8) | static_cast<std::uint8_t>(bytes_[pos_ + static_cast<std::size_t>(i)]);
+    for (std::size_t i = 4; i-- > 0;) out = (out << 8) | static_cast<std::uint8_t>(bytes_[pos_ + i]);
     pos_ += 4;
     return true;
   }
@@ -44,7 +44,8 @@ class Reader {
 
 // Calls `on_varint(field, value)` for every varint field of a message and skips the other wire types. Returns
 // "" or what is malformed.
-std::string for_each_varint(std::string_view message, const std::function<void(std::uint64_t, std::uint64_t)>& on_varint) {
+std::string for_each_varint(std::string_view message,
+                            const std::function<void(std::uint64_t, std::uint64_t)>& on_varint) {
   Reader r(message);
   while (!r.done()) {
     std::uint64_t key = 0;
@@ -91,7 +92,8 @@ std::string stats_submessage(std::string_view file, std::uint64_t want_field, st
     if (!e.varint(key)) return "truncated field key";
     if ((key & 7) != 2) return "stats_entry field is not a message";
     std::string_view sub;
-    if (!e.varint(len) || len > entry.size() || !e.bytes(static_cast<std::size_t>(len), sub)) return "truncated message";
+    if (!e.varint(len) || len > entry.size() || !e.bytes(static_cast<std::size_t>(len), sub))
+      return "truncated message";
     if ((key >> 3) == want_field) {
       out = sub;
       found = true;

@@ -26,7 +26,8 @@ constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // The user's stdin is read only while less than this much waits to be written into the tree: the rest waits in
 // the user's pipe or terminal.
 constexpr std::size_t kInputBacklogMax = 1 << 20;
-constexpr const char* kDefaultImages = "/run/bftfs-run";
+constexpr const char* kDefaultImages = "/run/bftfs-run";  // on the private /run
+constexpr const char* kCriuConfig = "/run/bftfs-criu.conf";
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -57,16 +58,20 @@ std::string ensure_standard_fds() {
   return "";
 }
 
-std::string open_images_root(const std::string& path, UniqueFd& out) {
+std::string open_dir(const std::string& path, UniqueFd& out) {
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return errno_text("mkdir " + path);
   out.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!out.valid()) return errno_text("open " + path);
-  UniqueFd conf(::openat(out.get(), "criu.conf", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!conf.valid()) return errno_text("create " + path + "/criu.conf");
+  return "";
+}
+
+std::string write_criu_config(const char* path) {
+  UniqueFd conf(::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!conf.valid()) return errno_text(std::string("create ") + path);
   // The default validation reads every open file's build id, which hangs when a read blocks (a FUSE file).
   const std::string text = "file-validation filesize\n";
   if (::write(conf.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
-    return errno_text("write " + path + "/criu.conf");
+    return errno_text(std::string("write ") + path);
   return "";
 }
 
@@ -93,12 +98,18 @@ std::string Supervisor::start(const SupervisorOptions& options, std::unique_ptr<
   if (!s.signal_fd.valid()) return errno_text("signalfd");
 
   if (::access(options.init_binary.c_str(), X_OK) != 0) return errno_text(options.init_binary);
+  // A directory the user named is opened as the user sees it, before /run and /tmp become private.
+  if (!options.images_dir.empty()) {
+    if (std::string err = open_dir(options.images_dir, s.images_root); !err.empty()) return err;
+  }
   if (std::string err = enter_private_mounts(); !err.empty()) return err;
   if (::access(options.init_binary.c_str(), X_OK) != 0)
     return errno_text(options.init_binary + " (hidden by the private /run or /tmp)");
-  const std::string images = options.images_dir.empty() ? kDefaultImages : options.images_dir;
-  if (std::string err = open_images_root(images, s.images_root); !err.empty()) return err;
-  s.criu = std::make_unique<CriuService>(options.criu_binary, images + "/criu.conf");
+  if (!s.images_root.valid()) {
+    if (std::string err = open_dir(kDefaultImages, s.images_root); !err.empty()) return err;
+  }
+  if (std::string err = write_criu_config(kCriuConfig); !err.empty()) return err;
+  s.criu = std::make_unique<CriuService>(options.criu_binary, kCriuConfig);
   s.tmp_dir.reset(::open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!s.tmp_dir.valid()) return errno_text("open /tmp");
 

@@ -36,8 +36,9 @@ struct SupervisorOptions {
   std::vector<std::string> argv;            // the command; argv[0] is looked up in PATH
   std::string init_binary;                  // the tree's init (criu-hooks/tree_init_main.cc), an absolute path
   std::string criu_binary = "bftfs-criu";   // CRIU's swrk service binary (scripts/install-criu.sh installs it)
-  // Where checkpoint images go, one directory per epoch, deleted when no longer needed. Empty: a directory on the
-  // private /run tmpfs (memory, gone with the supervisor).
+  // Where checkpoint images go, one directory per epoch, deleted when no longer needed; a path as the caller sees
+  // it (opened before /run and /tmp become private). Empty: a directory on the private /run tmpfs (memory, gone
+  // with the supervisor).
   std::string images_dir;
   bool pty = false;        // stdout and stderr through a pty (set when the user's stdout is a terminal)
   int criu_log_level = 2;  // CRIU's log level for dump.log and restore.log (0-4)

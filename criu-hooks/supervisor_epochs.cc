@@ -28,7 +28,9 @@ std::string read_small_file(int dir_fd, const char* name) {
   std::string out;
   if (!fd.valid()) return out;
   char buf[4096];
-  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) > 0 && out.size() < (1u << 16);) out.append(buf, static_cast<std::size_t>(n));
+  for (ssize_t n; out.size() < (1u << 16) && (n = ::read(fd.get(), buf, sizeof buf)) > 0;) {
+    out.append(buf, static_cast<std::size_t>(n));
+  }
   return out;
 }
 
@@ -45,7 +47,8 @@ std::uint64_t image_bytes(int dir_fd) {
   std::uint64_t total = 0;
   while (const dirent* e = ::readdir(dir)) {
     struct stat st{};
-    if (::fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) total += static_cast<std::uint64_t>(st.st_size);
+    if (::fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      total += static_cast<std::uint64_t>(st.st_size);
   }
   ::closedir(dir);
   return total;
@@ -69,7 +72,8 @@ void Supervisor::Impl::remove_epoch_dir(EpochId epoch) {
   const std::string name = epoch_dir_name(epoch);
   UniqueFd dir(::openat(images_root.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir.valid()) return;
-  if (std::string err = clear_tree(dir.get()); !err.empty()) LOG_WARN("run", "cleaning %s: %s", name.c_str(), err.c_str());
+  if (std::string err = clear_tree(dir.get()); !err.empty())
+    LOG_WARN("run", "cleaning %s: %s", name.c_str(), err.c_str());
   dir.reset();
   if (::unlinkat(images_root.get(), name.c_str(), AT_REMOVEDIR) != 0)
     LOG_WARN("run", "removing %s: %s", name.c_str(), std::strerror(errno));

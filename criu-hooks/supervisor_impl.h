@@ -24,7 +24,7 @@ struct Supervisor::Impl {
   std::unique_ptr<CriuService> criu;
   UniqueFd signal_fd;     // SIGCHLD, the forwarded signals and SIGWINCH, blocked and read here
   sigset_t handled{};     // the signals signal_fd reads
-  UniqueFd images_root;   // one directory per epoch ("epoch-<id>"), and criu.conf
+  UniqueFd images_root;   // one directory per epoch ("epoch-<id>")
   UniqueFd tmp_dir;       // the tree's private /tmp
   pid_t root = -1;        // the tree's init while it runs
   bool exited = false;

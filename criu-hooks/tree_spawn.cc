@@ -96,8 +96,10 @@ std::string enter_private_mounts() {
       outside.push_back(st);
     }
   }
-  if (::mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) return errno_text("mount tmpfs on /run");
-  if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) return errno_text("mount tmpfs on /tmp");
+  if (::mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0)
+    return errno_text("mount tmpfs on /run");
+  if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0)
+    return errno_text("mount tmpfs on /tmp");
   if (top != nullptr) {
     if (std::string err = bind_back(cwd, top, outside, cwd_fd.get()); !err.empty()) return err;
   }
