@@ -1,5 +1,6 @@
 // Tests of the simulator on the file service: FsCheck gathers the agreed history from what correct replicas
-// report (sim/fs_check.h).
+// report (sim/fs_check.h), file-service seeds pass under every kind of fault, and their checks are wired to the
+// cluster (a seed whose replicas all drift from what the clients sent fails).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "shim/envelope.h"
 #include "shim/shim.h"
 #include "sim/fs_check.h"
+#include "sim/simulator.h"
 
 using namespace bftfs;
 using namespace bftfs::sim;
@@ -136,4 +138,98 @@ TEST_CASE("fs check compares the replicas' checkpoints with the serial execution
   check.on_checkpoint(8, at_4);  // the state at 4 is not the state at 8
   REQUIRE(check.failed());
   CHECK(check.violation().find("checkpoint at seq 8") != std::string::npos);
+}
+
+TEST_CASE("file-service seeds pass under every kind of fault", "[sim][fs][seeds]") {
+  for (const char* scenario : {"calm", "network", "crash", "all-crash", "byzantine", "lying-early-replies"}) {
+    for (std::uint64_t seed : {1, 2}) {
+      SimConfig c;
+      c.seed = seed;
+      c.scenario = scenario;
+      c.service = "fs";
+      const SimResult r = run_isolated(c);
+      INFO("seed " << seed << " " << r.scenario << "\n" << r.failure);
+      REQUIRE(r.passed);
+      CHECK(r.stats.fs_seed == 1);
+      CHECK(r.stats.cs_shim == 1);
+      CHECK(r.stats.fs_executions > 0);
+      CHECK(r.stats.fs_requests > 0);
+      CHECK(r.stats.fs_checkpoints_compared > 0);
+      CHECK(r.stats.fs_invariant_checks > 0);
+    }
+  }
+}
+
+TEST_CASE("speculating file-service clients chain requests and read on the read-only path", "[sim][fs][seeds]") {
+  SimConfig c;
+  c.seed = 4;
+  c.service = "fs";
+  c.speculation = 1;
+  c.scenario = "network";
+  const SimResult r = run_isolated(c);
+  INFO(r.scenario << "\n" << r.failure);
+  REQUIRE(r.passed);
+  CHECK(r.stats.cs_speculating_clients >= 1);
+  CHECK(r.stats.first_delivered > 0);
+  CHECK(r.stats.fs_dependencies > 0);
+  CHECK(r.stats.fs_with_dependencies > 0);
+  CHECK(r.stats.fs_read_only_reads > 0);
+  CHECK(r.stats.fs_reads_checked == r.stats.fs_read_only_reads);
+}
+
+TEST_CASE("the oracle sees the cluster: replicas that all alter writes fail the run", "[sim][fs]") {
+  SimConfig c;
+  c.seed = 3;
+  c.service = "fs";
+  c.scenario = "calm";
+  c.sabotage_fs = true;
+  const SimResult r = run_isolated(c);
+  INFO(r.scenario << "\n" << r.failure);
+  REQUIRE_FALSE(r.passed);
+  const bool named = r.failure.find("checkpoint at seq") != std::string::npos ||
+                     r.failure.find("agreed result:") != std::string::npos ||
+                     r.failure.find("read-only result") != std::string::npos;
+  CHECK(named);
+  c.sabotage_fs = false;  // and the same seed passes with honest replicas
+  const SimResult honest = run_isolated(c);
+  INFO(honest.failure);
+  CHECK(honest.passed);
+}
+
+TEST_CASE("the checker sees file-service replicas: altered results and ignored predicates fail", "[sim][fs]") {
+  SimConfig c;
+  c.seed = 11;
+  c.service = "fs";
+  c.scenario = "calm";
+  c.sabotage_results = true;
+  const SimResult r = run_isolated(c);
+  INFO(r.failure);
+  REQUIRE_FALSE(r.passed);
+  const bool named = r.failure.find("agreed result") != std::string::npos ||
+                     r.failure.find("accepted result") != std::string::npos;
+  CHECK(named);
+  SimConfig p;
+  p.seed = 21;
+  p.service = "fs";
+  p.scenario = "lying-early-replies";
+  p.speculation = 1;
+  p.sabotage_predicates = true;
+  const SimResult s = run_isolated(p);
+  INFO(s.scenario << "\n" << s.failure);
+  CHECK_FALSE(s.passed);
+}
+
+TEST_CASE("the file service is a service a seed may name, and a regression line may", "[sim][fs]") {
+  SimConfig c;
+  c.service = "fs";
+  CHECK(check_config(c).empty());
+  c.scenario = "null";
+  CHECK_FALSE(check_config(c).empty());  // names the null service
+  c.scenario = "calm";
+  c.speculation = 1;
+  CHECK(check_config(c).empty());
+  bool empty = false;
+  std::string error;
+  REQUIRE(parse_regression_line("12 service=fs scenario=crash", c, empty, error));
+  CHECK(c.service == "fs");
 }
