@@ -82,7 +82,7 @@ void Simulation::setup() {
   for (const auto& [id, strategy] : sc_.byzantine) {
     auto byz = std::make_unique<Byzantine>(strategy, id, sc_.n, nodes_, cluster_->crypto(id),
                                            mix(config_.seed, 0xB12 + id), sc_.replica.log_window);
-    if (sc_.lying) byz->set_early_lies(sc_.early_lie_ppm, sc_.fake_ppm, sc_.shim);
+    if (sc_.lying) byz->set_early_lies(sc_.early_lie_ppm, sc_.fake_ppm, sc_.shim, sc_.fs());
     cluster_->set_byzantine(id, std::move(byz));
   }
   stats_.cs_lying_primary = sc_.lying && !sc_.byzantine.empty() ? 1 : 0;
