@@ -83,6 +83,7 @@ struct ReplicaStats {
   std::uint64_t new_views_installed = 0;
   std::uint64_t state_transfers = 0;
   std::uint64_t state_transfer_bytes = 0;
+  std::uint64_t recovered_checkpoints_adopted = 0;  // a restart's service checkpoint ahead of the log became stable
   std::uint64_t service_damaged = 0;      // times the service reported damaged state (then repaired by transfer)
   std::uint64_t rollbacks = 0;
   std::uint64_t early_replies = 0;        // speculative replies sent by this replica as primary (PBFT-CS)

@@ -102,6 +102,9 @@ void Replica::Impl::help_stuck_peer(NodeId from, const Status& st) {
   for (auto it = own_checkpoints.upper_bound(std::max(st.stable_seq, h)); it != own_checkpoints.end(); ++it) {
     send(from, Checkpoint{it->first, it->second.digest});
   }
+  if (recovered_pending && recovered_pending->seq > st.stable_seq) {
+    send(from, Checkpoint{recovered_pending->seq, recovered_pending->digest});  // our claim, waiting for theirs
+  }
   // A peer changing views alone (ahead of our view) learns our decisions from commit certificates
   // (on_old_commit): it gets our COMMITs of committed batches and the bodies, nothing else.
   const bool peer_alone_ahead = st.in_view_change && st.view > view && !in_view_change;

@@ -14,10 +14,13 @@ void Replica::Impl::take_checkpoint(std::uint64_t s) {
   if (service_diverged) return;  // damaged while executing up to s: the state at s is not ours to claim
   BFT_ASSERT(s == last_committed);
   BFT_ASSERT(s == last_executed);
-  const CheckpointId id = service.checkpoint(s);  // durable on return
+  // The client table is made durable with the service's checkpoint, in the same atomic write
+  // (protocol/service.h): a crash can never keep one without the other, which the CheckpointRecord below,
+  // synced only after this returns, could not ensure.
+  Bytes table = clients.encode();
+  const CheckpointId id = service.checkpoint(s, table);  // durable on return
   if (check_service_damage()) return;  // nothing was taken: no record, no claim, no CHECKPOINT
   BFT_ASSERT(id.seq == s);
-  Bytes table = clients.encode();
   const Digest d = checkpoint_digest(s, id.digest, digest_of(table));
   persist(CheckpointRecord{s, d, table});  // backs the CHECKPOINT message below
   own_checkpoints[s] = OwnCheckpoint{d, std::move(table), true};
@@ -53,6 +56,15 @@ void Replica::Impl::on_checkpoint(NodeId from, const Checkpoint& c) {
 // A checkpoint is stable with 2f+1 matching CHECKPOINT messages including our own (TOCS §2.5).
 void Replica::Impl::check_stable(std::uint64_t s) {
   if (s <= h) return;
+  if (recovered_pending && recovered_pending->seq == s) {
+    std::uint32_t matching = 0;
+    for (NodeId r = 0; r < opt.n; r++) {
+      auto it = claims[r].find(s);
+      matching += it != claims[r].end() && it->second == recovered_pending->digest ? 1 : 0;
+    }
+    if (matching >= quorum) adopt_recovered_checkpoint();
+    return;
+  }
   auto own = own_checkpoints.find(s);
   if (own == own_checkpoints.end()) return;
   std::uint32_t matching = 0;

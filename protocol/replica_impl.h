@@ -311,11 +311,25 @@ struct Replica::Impl {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> status_bodies_sent;  // per peer: (its last_committed, tick)
   std::uint64_t committed_at_last_status = 0;
   std::uint32_t statuses_skipped = 0;  // status intervals since our last STATUS broadcast (on_status_timeout)
-  // After a restart the service's durable checkpoint may be newer than any client table we recorded (a crash
-  // between Service::checkpoint and the CheckpointRecord reaching the disk); then the replica cannot execute
+  // After a restart the service's durable checkpoint may have no client table to pair it with: a store written
+  // before the service kept the engine state with its checkpoint (Service::recovered_engine_state), whose log
+  // lost the CheckpointRecord, or a table that does not match the checkpoint; then the replica cannot execute
   // until state transfer replaces both.
   bool service_diverged = false;
   std::uint64_t diverged_service_seq = 0;
+  // The service's recovered checkpoint with its client table, when the log cannot take us there: a crash
+  // after Service::checkpoint(s) made both durable but before the log held the committed batches up to s.
+  // The state is ours (we executed every batch up to s) and we claim it (the CheckpointRecord backs the
+  // claim), but h stays at the recorded stable checkpoint and nothing executes (service_diverged) until the
+  // checkpoint is stable (check_stable) or a new view starts from it; then it becomes our stable checkpoint as
+  // a fetched one would (adopt_recovered_checkpoint). If all 2f+1 replicas that crashed together are in this
+  // state, their claims are what makes s stable: waiting for a state transfer would wait forever.
+  struct RecoveredCheckpoint {
+    std::uint64_t seq = 0;
+    Digest digest;
+    Bytes client_table;
+  };
+  std::optional<RecoveredCheckpoint> recovered_pending;
   // The service reported damaged partitions (Service::damaged_partitions): unlike a diverged service after a
   // restart, its newest checkpoint is still good except those partitions, so a state transfer fetches only
   // what differs from that checkpoint with the damaged leaves blanked (repair_tree keeps that copy alive).
@@ -506,6 +520,11 @@ struct Replica::Impl {
   void recover(const std::vector<PersistRecord>& log);
   static RecoveredLog read_log(const std::vector<PersistRecord>& log);
   std::uint64_t pair_service_state(const RecoveredLog& rl, const CheckpointId& sc);
+  std::uint64_t pair_with_table(const RecoveredLog& rl, const CheckpointId& sc, const Bytes& table);
+  std::uint64_t diverge_at_recovery(const RecoveredLog& rl, const CheckpointId& sc);
+  bool log_committed_through(const RecoveredLog& rl, std::uint64_t from, std::uint64_t to) const;
+  void adopt_recovered_checkpoint();
+  void become_stable_at(std::uint64_t s, const Digest& d, Bytes table_bytes, ClientTable table);
   void restore_stable_checkpoint(const RecoveredLog& rl, const CheckpointId& sc, std::uint64_t base);
   void rebuild_log(RecoveredLog& rl);
   void rejoin(const RecoveredLog& rl, bool first_start);

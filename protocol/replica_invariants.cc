@@ -17,6 +17,10 @@ void Replica::Impl::check_invariants_fast() const {
   BFT_ASSERT(h % K == 0);
   BFT_ASSERT(h <= last_committed);
   BFT_ASSERT(last_committed <= last_executed);
+  if (recovered_pending) {
+    BFT_ASSERT(service_diverged);  // nothing executes until the recovered checkpoint is adopted
+    BFT_ASSERT(recovered_pending->seq > last_committed);
+  }
   BFT_ASSERT(last_executed <= h + L);
   if (last_executed > last_committed) {
     // Tentative execution never passes an uncommitted checkpoint boundary.

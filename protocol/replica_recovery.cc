@@ -109,45 +109,86 @@ Replica::Impl::RecoveredLog Replica::Impl::read_log(const std::vector<PersistRec
   return rl;
 }
 
-// Pairs the service's durable checkpoint `sc` with the client table the log recorded at its seq, and returns
-// the seq execution restarts from: sc.seq, or, when no table matches (service_diverged), the last recorded
-// checkpoint at or below it, to be replaced by state transfer before anything executes.
+// Pairs the service's durable checkpoint `sc` with its client table and returns the seq execution restarts
+// from. The table is the one the service stored with its checkpoint (Service::recovered_engine_state), or,
+// for a store written before services kept it, the one of the CheckpointRecord at sc.seq. Without a table
+// (an old store whose log lost the record) the replica waits for a state transfer (diverge_at_recovery).
 std::uint64_t Replica::Impl::pair_service_state(const RecoveredLog& rl, const CheckpointId& sc) {
-  std::uint64_t base = sc.seq;
   own_checkpoints.clear();
   for (auto& c : claims) c.clear();
   clients = ClientTable(opt.client_window);
-  if (sc.seq == 0 && rl.checkpoints.count(0) == 0) {
+  recovered_pending.reset();
+  const Bytes stored = service.recovered_engine_state();
+  const auto record = rl.checkpoints.find(sc.seq);
+  if (!stored.empty()) return pair_with_table(rl, sc, stored);
+  if (record != rl.checkpoints.end()) return pair_with_table(rl, sc, record->second.second);
+  if (sc.seq == 0) {
     Bytes table = clients.encode();
     const Digest d = checkpoint_digest(0, sc.digest, digest_of(table));
     own_checkpoints[0] = OwnCheckpoint{d, std::move(table), true};  // as in the constructor
-  } else if (auto it = rl.checkpoints.find(sc.seq); it != rl.checkpoints.end()) {
-    ClientTable table(opt.client_window);
-    const bool ok = ClientTable::decode(it->second.second, opt.client_window, table);
-    const bool match = ok && checkpoint_digest(sc.seq, sc.digest, digest_of(it->second.second)) == it->second.first;
-    if (match) {
-      clients = std::move(table);
-      own_checkpoints[sc.seq] = OwnCheckpoint{it->second.first, it->second.second, true};
-    } else {
-      LOG_ERROR(ctx(), "recovered service checkpoint s%llu does not match its record",
-                static_cast<unsigned long long>(sc.seq));
-      service_diverged = true;
-    }
-  } else {
-    service_diverged = true;
+    return 0;
   }
-  if (service_diverged) {
-    // The service state cannot be paired with a client table: start from the last recorded checkpoint as far
-    // as the log is concerned and fetch a newer one before executing anything.
-    diverged_service_seq = sc.seq;
-    base = 0;
-    for (const auto& [s, c] : rl.checkpoints) {
-      if (s <= sc.seq) base = s;
-    }
-    LOG_WARN(ctx(), "service checkpoint s%llu has no client table; waiting for state transfer",
-             static_cast<unsigned long long>(sc.seq));
+  LOG_WARN(ctx(), "service checkpoint s%llu has no client table; waiting for state transfer",
+           static_cast<unsigned long long>(sc.seq));
+  return diverge_at_recovery(rl, sc);
+}
+
+// `table` is the client table at sc.seq. When the log holds every batch committed between the recorded stable
+// checkpoint and sc.seq (always, if its CheckpointRecord was written after them), execution resumes at sc.seq.
+// Otherwise (the crash came after Service::checkpoint but before the log's tail was synced) the state waits to
+// become stable (recovered_pending), since the log cannot back an h below it with a complete committed prefix.
+std::uint64_t Replica::Impl::pair_with_table(const RecoveredLog& rl, const CheckpointId& sc, const Bytes& table) {
+  ClientTable decoded(opt.client_window);
+  const Digest d = checkpoint_digest(sc.seq, sc.digest, digest_of(table));
+  const auto record = rl.checkpoints.find(sc.seq);
+  const bool has_record = record != rl.checkpoints.end();
+  if (!ClientTable::decode(table, opt.client_window, decoded) || (has_record && record->second.first != d)) {
+    LOG_ERROR(ctx(), "recovered service checkpoint s%llu does not match its client table",
+              static_cast<unsigned long long>(sc.seq));
+    return diverge_at_recovery(rl, sc);
   }
+  // The claim below is backed by the service's durable checkpoint; the record lets a later recovery (and a
+  // view change) know we made it, and is the log's evidence that our CHECKPOINT was "durable before sent".
+  if (!has_record) persist(CheckpointRecord{sc.seq, d, table});
+  const std::uint64_t stable = rl.has_stable ? rl.stable_seq : 0;
+  if (sc.seq == 0 || log_committed_through(rl, std::min(stable, sc.seq), sc.seq)) {
+    clients = std::move(decoded);
+    own_checkpoints[sc.seq] = OwnCheckpoint{d, table, true};
+    if (!has_record) broadcast(Checkpoint{sc.seq, d});
+    return sc.seq;
+  }
+  LOG_WARN(ctx(), "service checkpoint s%llu is ahead of the log; claiming it and waiting for it to become stable",
+           static_cast<unsigned long long>(sc.seq));
+  const std::uint64_t base = diverge_at_recovery(rl, sc);
+  recovered_pending = RecoveredCheckpoint{sc.seq, d, table};
+  claims[self][sc.seq] = d;
+  broadcast(Checkpoint{sc.seq, d});
   return base;
+}
+
+// The service state cannot be used yet: start, as far as the log is concerned, from the newest checkpoint
+// below it that the log recorded with every committed batch up to it, and fetch a newer one before executing
+// anything.
+std::uint64_t Replica::Impl::diverge_at_recovery(const RecoveredLog& rl, const CheckpointId& sc) {
+  service_diverged = true;
+  diverged_service_seq = sc.seq;
+  const std::uint64_t stable = rl.has_stable ? rl.stable_seq : 0;
+  for (auto it = rl.checkpoints.rbegin(); it != rl.checkpoints.rend(); ++it) {
+    if (it->first < sc.seq && log_committed_through(rl, std::min(stable, it->first), it->first)) return it->first;
+  }
+  return 0;
+}
+
+// Whether every seq in (from, to] is committed in the log with its body, inside the log window above `from`:
+// what the replica needs to stand at `to` with h = from (replica_invariants.cc).
+bool Replica::Impl::log_committed_through(const RecoveredLog& rl, std::uint64_t from, std::uint64_t to) const {
+  if (to > from + opt.log_window) return false;
+  for (std::uint64_t s = from + 1; s <= to; s++) {
+    auto it = rl.seqs.find(s);
+    if (it == rl.seqs.end() || !it->second.committed) return false;
+    if (it->second.bodies.count(it->second.committed_digest) == 0) return false;
+  }
+  return true;
 }
 
 // The stable checkpoint h (the recorded stable one, never above `base`) and our checkpoints from h up, which are

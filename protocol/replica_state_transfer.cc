@@ -102,7 +102,7 @@ void Replica::Impl::install_fetched_state(FetchedState&& fs) {
   if (last_executed > last_committed && !service_diverged) rollback_to(last_committed);
   service.begin_install(fs.seq);
   for (const auto& [index, data] : fs.partitions) service.install_partition(index, data);
-  const CheckpointId id = service.finish_install(fs.seq);
+  const CheckpointId id = service.finish_install(fs.seq, fs.client_table);  // durable with the client table
   if (id.seq != fs.seq || id.digest != fs.service_root) {
     // The service refused bytes that matched their digests (they describe no state it can hold): it keeps its
     // state, and so do we; a later checkpoint may be fetched instead.
@@ -110,32 +110,57 @@ void Replica::Impl::install_fetched_state(FetchedState&& fs) {
     stats.rejected_invalid++;
     return;
   }
+  become_stable_at(fs.seq, fs.checkpoint_digest, std::move(fs.client_table), std::move(table));
+  stats.state_transfers++;
+  LOG_INFO(ctx(), "state transfer complete at s%llu", static_cast<unsigned long long>(fs.seq));
+}
+
+// The service's recovered checkpoint (recovered_pending) is stable, or a new view starts from it: it becomes our
+// stable checkpoint as a fetched one does, without fetching what we already hold.
+void Replica::Impl::adopt_recovered_checkpoint() {
+  BFT_ASSERT(recovered_pending.has_value());
+  BFT_ASSERT(service_diverged);
+  RecoveredCheckpoint rc = std::move(*recovered_pending);
+  recovered_pending.reset();
+  ClientTable table(opt.client_window);
+  const bool decoded = ClientTable::decode(rc.client_table, opt.client_window, table);
+  BFT_ASSERT(decoded);  // checked at recovery
+  discard_open_batch();
+  LOG_INFO(ctx(), "recovered checkpoint s%llu is stable; resuming from it", static_cast<unsigned long long>(rc.seq));
+  become_stable_at(rc.seq, rc.digest, std::move(rc.client_table), std::move(table));
+  stats.recovered_checkpoints_adopted++;
+}
+
+// The replica now stands at checkpoint (s, d), which the service holds (installed or recovered), with `table`
+// (encoded as `table_bytes`): it is our stable checkpoint, with the records that let a restart find it.
+void Replica::Impl::become_stable_at(std::uint64_t s, const Digest& d, Bytes table_bytes, ClientTable table) {
   clients = std::move(table);
   service_diverged = false;
   service_damaged = false;
+  recovered_pending.reset();
   repair_tree.reset();
-  last_executed = fs.seq;
-  last_committed = fs.seq;
+  last_executed = s;
+  last_committed = s;
   last_executed_timestamp_ns = 0;
   // The StableRecord first: a crash may keep any prefix of records not yet durable, and the service's state is
-  // already on disk. With the CheckpointRecord alone, recover() would pair that state with its client table and
-  // find no log between the older stable checkpoint and it (a state transfer has no pre-prepares to replay);
-  // with the StableRecord alone it finds no client table for the state and fetches it again, which is safe.
-  persist(StableRecord{fs.seq, fs.checkpoint_digest});
-  persist(CheckpointRecord{fs.seq, fs.checkpoint_digest, fs.client_table});
-  own_checkpoints[fs.seq] = OwnCheckpoint{fs.checkpoint_digest, std::move(fs.client_table), true};
-  add_claim(self, fs.seq, fs.checkpoint_digest);
-  h = fs.seq;
-  stable_digest = fs.checkpoint_digest;
+  // already on disk, with its client table. With neither record, recover() pairs that state with the table the
+  // service kept and claims the checkpoint again; the order matters for a service without stored engine states
+  // (an older store), where with the CheckpointRecord alone recover() would pair the state with its table and
+  // find no log between the older stable checkpoint and it (a state transfer has no pre-prepares to replay),
+  // and with the StableRecord alone it finds no client table for the state and fetches it again, which is safe.
+  persist(StableRecord{s, d});
+  persist(CheckpointRecord{s, d, table_bytes});
+  own_checkpoints[s] = OwnCheckpoint{d, std::move(table_bytes), true};
+  add_claim(self, s, d);
+  h = s;
+  stable_digest = d;
   advance_window();
-  broadcast(Checkpoint{fs.seq, fs.checkpoint_digest});
-  forget_executed_requests();  // the installed state executed them
-  // A primary's `pending` named requests of batches up to fs.seq that it never executed itself; one that every
+  broadcast(Checkpoint{s, d});
+  forget_executed_requests();  // the service's state executed them
+  // A primary's `pending` named requests of batches up to s that it never executed itself; one that every
   // replica skipped there for per-client order is still fresh, and a stale entry would make the primary drop
   // its retransmissions forever (sim/FINDINGS.md F9).
   rebuild_pending();
-  stats.state_transfers++;
-  LOG_INFO(ctx(), "state transfer complete at s%llu", static_cast<unsigned long long>(fs.seq));
 }
 
 void Replica::Impl::on_fetch_state(NodeId from, const FetchState& fs) {

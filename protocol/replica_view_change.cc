@@ -344,6 +344,8 @@ void Replica::Impl::start_from_checkpoint(const NewViewDecision& decision) {
   auto own = own_checkpoints.find(hs);
   if (own != own_checkpoints.end() && own->second.digest == decision.checkpoint_digest && last_committed >= hs) {
     make_stable(hs, decision.checkpoint_digest);
+  } else if (recovered_pending && recovered_pending->seq == hs && recovered_pending->digest == decision.checkpoint_digest) {
+    adopt_recovered_checkpoint();
   } else if (hs > last_committed) {
     start_state_fetch(hs, decision.checkpoint_digest);
   } else {

@@ -13,6 +13,14 @@
 // - Durability of the service's state is the service's job: checkpoint(s) returns only when the state after s
 //   is on stable storage (the engine then sends its CHECKPOINT message, "durable before sent"), and after a
 //   restart recovered_checkpoint() names the last such state; the engine replays its log from there.
+// - The engine's own part of a checkpoint (its client table, TOCS §2.1: the replies it must be able to send
+//   again) is handed to checkpoint() and finish_install() as opaque `engine_state` bytes, and the service makes
+//   them durable in the same atomic write as its own state; recovered_engine_state() returns them. The engine
+//   cannot write its part first and the service's after (its log is synced by the driver after the handler
+//   returns), and either separate order leaves a crash window in which one half is durable without the other:
+//   with the service's half alone, a replica can only wait for a state transfer, and if 2f+1 replicas crashed
+//   there at once no peer holds a stable checkpoint to fetch (docs/ARCHITECTURE.md, "Durability").
+
 #pragma once
 
 #include <cstdint>
@@ -56,16 +64,23 @@ class Service {
   virtual void rollback_to(std::uint64_t seq) = 0;
 
   // Takes a checkpoint of the current state, which is the state after executing seq (the engine calls this
-  // only when seq is committed and nothing past seq is executed). Durable on return. The checkpoint stays
-  // readable (partition_* below) until discard_checkpoints_below(s) with s > seq. Exception: if the service
-  // finds its stored state damaged while taking it (damaged_partitions() non-empty after the call), nothing is
-  // taken and the returned digest is zero.
-  virtual CheckpointId checkpoint(std::uint64_t seq) = 0;
+  // only when seq is committed and nothing past seq is executed), together with `engine_state` (the engine's
+  // bytes for seq, stored as they are, not part of the digest). Both are durable on return, atomically: after a
+  // crash at any point the service recovers either the previous checkpoint with its engine state or this one
+  // with this engine state. The checkpoint stays readable (partition_* below) until
+  // discard_checkpoints_below(s) with s > seq. Exception: if the service finds its stored state damaged while
+  // taking it (damaged_partitions() non-empty after the call), nothing is taken and the returned digest is zero.
+  // (The default empty engine state is for callers without an engine: tests and the single-server backends.)
+  virtual CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) = 0;
   virtual void discard_checkpoints_below(std::uint64_t seq) = 0;
 
   // The last durable checkpoint after a restart (seq 0 and the digest of the initial state if none). Like every
   // newest checkpoint it is retained (readable) until a newer one is taken or installed and discarded below.
   virtual CheckpointId recovered_checkpoint() const = 0;
+  // The engine state made durable with recovered_checkpoint() (by checkpoint() or finish_install()). Empty for
+  // the initial state, and for a checkpoint written in a format older than engine states (the engine then
+  // looks for its CheckpointRecord in its log, as it did before: replica_recovery.cc).
+  virtual Bytes recovered_engine_state() const = 0;
 
   // ---- partitions (fixed count for the life of the service) ----
   virtual std::uint64_t partition_count() const = 0;
@@ -80,12 +95,13 @@ class Service {
   // engine). Between begin_install and finish_install the service is not executed.
   virtual void begin_install(std::uint64_t target_seq) = 0;
   virtual void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) = 0;
-  // Makes the installed state the checkpoint at target_seq, durably, and returns its id (the engine checks
-  // the digest against the one it fetched for). target_seq is at least the newest checkpoint's seq, and may be
-  // equal: a replica whose crash kept the service's checkpoint but lost the log record pairing it with a client
-  // table fetches the checkpoint at that same seq (Replica::Impl::pair_service_state), which then replaces the
-  // service's.
-  virtual CheckpointId finish_install(std::uint64_t target_seq) = 0;
+  // Makes the installed state the checkpoint at target_seq, durably and atomically with `engine_state` (as
+  // checkpoint() does), and returns its id (the engine checks the digest against the one it fetched for). A
+  // rejected install (zero digest) changes nothing durable. target_seq is at least the newest checkpoint's seq,
+  // and may be equal: a replica whose service checkpoint cannot be paired with a client table (a store written
+  // before engine states were stored with it, whose log lost the record) fetches the checkpoint at that same
+  // seq (Replica::Impl::pair_service_state), which then replaces the service's.
+  virtual CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state = {}) = 0;
 
   // ---- damage (services whose storage verifies what it reads: the file service's checksums) ----
   // Partitions whose stored bytes failed verification. Non-empty means every result computed since is

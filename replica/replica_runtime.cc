@@ -559,6 +559,7 @@ struct ReplicaRuntime::Impl {
         .add("new_views_installed", st.new_views_installed)
         .add("state_transfers", st.state_transfers)
         .add("state_transfer_bytes", st.state_transfer_bytes)
+        .add("recovered_checkpoints_adopted", st.recovered_checkpoints_adopted)
         .add("service_damaged", st.service_damaged)
         .add("rollbacks", st.rollbacks)
         .add("early_replies", st.early_replies)

@@ -7,10 +7,13 @@
 // install. The service decides which partitions changed and how partitions decode.
 //
 // Snapshot blob (one per service, overwritten by every checkpoint; SnapshotStore::put is atomic and durable):
-//   magic "BFTSNAP1" (8) || u64 seq || u64 partition count || per partition: u32 size || bytes
-//   || BLAKE2b-256 of everything before it (32)
-// All integers little-endian. The digest detects a corrupt or truncated file: a replica then stops with an
-// error rather than starting from a wrong state (a silent reset would lose committed operations it promised).
+//   magic "BFTSNAP2" (8) || u64 seq || u64 partition count || per partition: u32 size || bytes
+//   || u64 engine state size || engine state || BLAKE2b-256 of everything before it (32)
+// All integers little-endian. The engine state (protocol/service.h) is in the same blob as the partitions so
+// that one atomic put makes both durable. A blob with magic "BFTSNAP1" (written before engine states were
+// stored, without the engine state field) still loads, with an empty engine state. The digest detects a
+// corrupt or truncated file: a replica then stops with an error rather than starting from a wrong state (a
+// silent reset would lose committed operations it promised).
 #pragma once
 
 #include <cstdint>
@@ -86,11 +89,13 @@ inline std::uint64_t digest_prefix_u64(const Digest& d) {
   return v;
 }
 
-inline constexpr char kSnapshotMagic[8] = {'B', 'F', 'T', 'S', 'N', 'A', 'P', '1'};
+inline constexpr char kSnapshotMagic[8] = {'B', 'F', 'T', 'S', 'N', 'A', 'P', '2'};
+inline constexpr char kSnapshotMagicV1[8] = {'B', 'F', 'T', 'S', 'N', 'A', 'P', '1'};  // no engine state
 
 using PartitionBytes = std::shared_ptr<const Bytes>;
 
-inline Bytes encode_snapshot_blob(std::uint64_t seq, const std::vector<PartitionBytes>& parts) {
+inline Bytes encode_snapshot_blob(std::uint64_t seq, const std::vector<PartitionBytes>& parts,
+                                  std::span<const std::uint8_t> engine_state) {
   Bytes out(kSnapshotMagic, kSnapshotMagic + sizeof(kSnapshotMagic));
   put_u64(out, seq);
   put_u64(out, parts.size());
@@ -100,15 +105,17 @@ inline Bytes encode_snapshot_blob(std::uint64_t seq, const std::vector<Partition
     put_u32(out, static_cast<std::uint32_t>(p->size()));
     out.insert(out.end(), p->begin(), p->end());
   }
+  put_u64(out, engine_state.size());
+  out.insert(out.end(), engine_state.begin(), engine_state.end());
   const Digest d = digest_of(out);
   out.insert(out.end(), d.bytes.begin(), d.bytes.end());
   return out;
 }
 
-// Returns "" and fills seq/parts, or the reason the blob is not a valid snapshot of `partition_count`
-// partitions.
+// Returns "" and fills seq/parts/engine_state, or the reason the blob is not a valid snapshot of
+// `partition_count` partitions (either format; a BFTSNAP1 blob has an empty engine state).
 inline std::string decode_snapshot_blob(std::span<const std::uint8_t> blob, std::uint64_t partition_count,
-                                        std::uint64_t& seq, std::vector<Bytes>& parts) {
+                                        std::uint64_t& seq, std::vector<Bytes>& parts, Bytes& engine_state) {
   if (blob.size() < sizeof(kSnapshotMagic) + 16 + kDigestBytes) return "shorter than the fixed fields";
   const auto body = blob.first(blob.size() - kDigestBytes);
   Digest stored;
@@ -117,7 +124,8 @@ inline std::string decode_snapshot_blob(std::span<const std::uint8_t> blob, std:
   Reader r(body);
   std::span<const std::uint8_t> magic;
   if (!r.bytes(sizeof(kSnapshotMagic), magic)) return "truncated magic";
-  if (std::memcmp(magic.data(), kSnapshotMagic, sizeof(kSnapshotMagic)) != 0) return "bad magic";
+  const bool v1 = std::memcmp(magic.data(), kSnapshotMagicV1, sizeof(kSnapshotMagicV1)) == 0;
+  if (!v1 && std::memcmp(magic.data(), kSnapshotMagic, sizeof(kSnapshotMagic)) != 0) return "bad magic";
   std::uint64_t count = 0;
   if (!r.u64(seq)) return "truncated seq";
   if (!r.u64(count)) return "truncated partition count";
@@ -132,6 +140,14 @@ inline std::string decode_snapshot_blob(std::span<const std::uint8_t> blob, std:
     std::span<const std::uint8_t> data;
     if (!r.bytes(size, data)) return "truncated partition " + std::to_string(i);
     parts.emplace_back(data.begin(), data.end());
+  }
+  engine_state.clear();
+  if (!v1) {
+    std::uint64_t size = 0;
+    std::span<const std::uint8_t> data;
+    if (!r.u64(size)) return "truncated engine state size";
+    if (size > r.remaining() || !r.bytes(static_cast<std::size_t>(size), data)) return "truncated engine state";
+    engine_state.assign(data.begin(), data.end());
   }
   if (r.remaining() != 0) return "trailing bytes";
   return "";
@@ -157,34 +173,40 @@ class CheckpointKeeper {
 
   // `initial` holds the encoded partitions of the service's initial state. If `store` holds a blob named
   // `name`, the newest checkpoint is loaded from it (fatal if it is invalid); else the initial state is
-  // checkpoint 0. Either way that checkpoint is retained and is recovered().
+  // checkpoint 0. Either way that checkpoint is retained and is recovered(), with recovered_engine_state().
   CheckpointKeeper(std::string name, SnapshotStore* store, std::vector<Bytes> initial)
       : name_(std::move(name)), store_(store), latest_(make_snapshot(0, std::move(initial))) {
     Bytes blob;
     if (store_ != nullptr && store_->get(name_, blob)) {
       std::uint64_t seq = 0;
       std::vector<Bytes> parts;
-      const std::string why = decode_snapshot_blob(blob, latest_.parts.size(), seq, parts);
+      const std::string why = decode_snapshot_blob(blob, latest_.parts.size(), seq, parts, recovered_engine_state_);
       if (!why.empty()) fatal_snapshot(name_, why);
       latest_ = make_snapshot(seq, std::move(parts));
     }
     retained_.emplace(latest_.seq, latest_);
     recovered_ = CheckpointId{latest_.seq, latest_.tree.root()};
+    latest_engine_state_ = recovered_engine_state_;
   }
 
   const std::string& name() const { return name_; }
   std::uint64_t partition_count() const { return latest_.parts.size(); }
   CheckpointId recovered() const { return recovered_; }
+  // The engine state stored with recovered() (empty for the initial state or a BFTSNAP1 blob).
+  const Bytes& recovered_engine_state() const { return recovered_engine_state_; }
+  // The engine state stored with latest().
+  const Bytes& latest_engine_state() const { return latest_engine_state_; }
   // The newest checkpoint (taken, installed or recovered); never discarded.
   const Snapshot& latest() const { return latest_; }
 
   // Records checkpoint `seq` = the newest checkpoint with `changed` partitions replaced, retains it and makes
-  // it durable. Precondition: seq >= latest().seq.
-  CheckpointId take(std::uint64_t seq, std::map<std::uint64_t, Bytes> changed) {
+  // it durable together with `engine_state` (one blob). Precondition: seq >= latest().seq.
+  CheckpointId take(std::uint64_t seq, std::map<std::uint64_t, Bytes> changed,
+                    std::span<const std::uint8_t> engine_state) {
     BFT_ASSERT(seq >= latest_.seq);
     Snapshot next{seq, latest_.tree, latest_.parts};
     apply(next, std::move(changed));
-    return commit_snapshot(std::move(next));
+    return commit_snapshot(std::move(next), engine_state);
   }
 
   // Drops retained checkpoints below `seq`; latest() stays readable (it is what an install starts from).
@@ -226,14 +248,15 @@ class CheckpointKeeper {
     BFT_ASSERT(staging_.has_value());
     return *staging_;
   }
-  // Makes the staged state checkpoint `seq` (retained, durable). Precondition: installing() and no error.
-  CheckpointId finish_install(std::uint64_t seq) {
+  // Makes the staged state checkpoint `seq` (retained, durable with `engine_state`). Precondition: installing()
+  // and no error.
+  CheckpointId finish_install(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
     BFT_ASSERT(staging_.has_value());
     BFT_ASSERT(install_error_.empty());
     Snapshot next{seq, latest_.tree, std::move(*staging_)};
     for (std::uint64_t i : staged_) next.tree.set_leaf(i, PartitionTree::leaf_digest(i, *next.parts[i]));
     abort_install();
-    return commit_snapshot(std::move(next));
+    return commit_snapshot(std::move(next), engine_state);
   }
   void abort_install() {
     staging_.reset();
@@ -261,12 +284,13 @@ class CheckpointKeeper {
     }
   }
 
-  CheckpointId commit_snapshot(Snapshot next) {
+  CheckpointId commit_snapshot(Snapshot next, std::span<const std::uint8_t> engine_state) {
     const CheckpointId id{next.seq, next.tree.root()};
     // Durable before it is named: the engine sends CHECKPOINT for it as soon as we return.
-    if (store_ != nullptr) store_->put(name_, encode_snapshot_blob(next.seq, next.parts));
+    if (store_ != nullptr) store_->put(name_, encode_snapshot_blob(next.seq, next.parts, engine_state));
     retained_.insert_or_assign(next.seq, next);
     latest_ = std::move(next);
+    latest_engine_state_.assign(engine_state.begin(), engine_state.end());
     return id;
   }
 
@@ -275,6 +299,8 @@ class CheckpointKeeper {
   Snapshot latest_;
   std::map<std::uint64_t, Snapshot> retained_;
   CheckpointId recovered_;
+  Bytes recovered_engine_state_;
+  Bytes latest_engine_state_;
   std::optional<std::vector<PartitionBytes>> staging_;
   std::set<std::uint64_t> staged_;
   std::string install_error_;

@@ -243,7 +243,7 @@ struct CounterService::Impl {
     last_executed = std::min(last_executed, seq);
   }
 
-  CheckpointId checkpoint(std::uint64_t seq) {
+  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
     BFT_ASSERT(!keeper.installing());
     BFT_ASSERT(last_executed <= seq);  // "nothing past seq is executed"
     commit_through(seq);               // a checkpoint is taken only at a committed seq
@@ -252,10 +252,10 @@ struct CounterService::Impl {
       changed.emplace(p, p == 0 ? encode_value(state.value) : encode_slice(state.slices[p - 1]));
     }
     dirty.clear();
-    return keeper.take(seq, std::move(changed));
+    return keeper.take(seq, std::move(changed), engine_state);
   }
 
-  CheckpointId finish_install(std::uint64_t target_seq) {
+  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
     BFT_ASSERT(keeper.installing());
     // The engine installs only bytes that matched their digests, so a failure here means the digests
     // themselves describe a state no correct counter has: answer with a digest that cannot match (zero) and
@@ -274,7 +274,7 @@ struct CounterService::Impl {
     dirty.clear();
     committed = target_seq;
     last_executed = target_seq;
-    return keeper.finish_install(target_seq);
+    return keeper.finish_install(target_seq, engine_state);
   }
 
   services_internal::CheckpointKeeper keeper;
@@ -296,9 +296,12 @@ bool CounterService::execute_read_only(NodeId client, std::span<const std::uint8
 }
 void CounterService::commit_through(std::uint64_t seq) { impl_->commit_through(seq); }
 void CounterService::rollback_to(std::uint64_t seq) { impl_->rollback_to(seq); }
-CheckpointId CounterService::checkpoint(std::uint64_t seq) { return impl_->checkpoint(seq); }
+CheckpointId CounterService::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
+  return impl_->checkpoint(seq, engine_state);
+}
 void CounterService::discard_checkpoints_below(std::uint64_t seq) { impl_->keeper.discard_below(seq); }
 CheckpointId CounterService::recovered_checkpoint() const { return impl_->keeper.recovered(); }
+Bytes CounterService::recovered_engine_state() const { return impl_->keeper.recovered_engine_state(); }
 const PartitionTree& CounterService::checkpoint_tree(std::uint64_t seq) const {
   return impl_->keeper.retained(seq).tree;
 }
@@ -318,7 +321,9 @@ void CounterService::install_partition(std::uint64_t index, std::span<const std:
   BFT_ASSERT(impl_->keeper.installing());
   impl_->keeper.stage(index, data);
 }
-CheckpointId CounterService::finish_install(std::uint64_t target_seq) { return impl_->finish_install(target_seq); }
+CheckpointId CounterService::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
+  return impl_->finish_install(target_seq, engine_state);
+}
 
 std::uint64_t CounterService::value() const { return impl_->state.value; }
 

@@ -100,17 +100,17 @@ struct NullService::Impl {
     last_executed = std::min(last_executed, seq);
   }
 
-  CheckpointId checkpoint(std::uint64_t seq) {
+  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
     BFT_ASSERT(!keeper.installing());
     BFT_ASSERT(last_executed <= seq);  // "nothing past seq is executed"
     commit_through(seq);
     std::map<std::uint64_t, Bytes> changed;
     if (dirty) changed.emplace(0, encode_count(count));
     dirty = false;
-    return keeper.take(seq, std::move(changed));
+    return keeper.take(seq, std::move(changed), engine_state);
   }
 
-  CheckpointId finish_install(std::uint64_t target_seq) {
+  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
     BFT_ASSERT(keeper.installing());
     // Defensive as in the counter: undecodable installed bytes yield a digest that cannot match (zero) and
     // leave the current state alone.
@@ -128,7 +128,7 @@ struct NullService::Impl {
     dirty = false;
     committed = target_seq;
     last_executed = target_seq;
-    return keeper.finish_install(target_seq);
+    return keeper.finish_install(target_seq, engine_state);
   }
 
   services_internal::CheckpointKeeper keeper;
@@ -151,9 +151,12 @@ bool NullService::execute_read_only(NodeId client, std::span<const std::uint8_t>
 }
 void NullService::commit_through(std::uint64_t seq) { impl_->commit_through(seq); }
 void NullService::rollback_to(std::uint64_t seq) { impl_->rollback_to(seq); }
-CheckpointId NullService::checkpoint(std::uint64_t seq) { return impl_->checkpoint(seq); }
+CheckpointId NullService::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
+  return impl_->checkpoint(seq, engine_state);
+}
 void NullService::discard_checkpoints_below(std::uint64_t seq) { impl_->keeper.discard_below(seq); }
 CheckpointId NullService::recovered_checkpoint() const { return impl_->keeper.recovered(); }
+Bytes NullService::recovered_engine_state() const { return impl_->keeper.recovered_engine_state(); }
 const PartitionTree& NullService::checkpoint_tree(std::uint64_t seq) const {
   return impl_->keeper.retained(seq).tree;
 }
@@ -171,7 +174,9 @@ void NullService::install_partition(std::uint64_t index, std::span<const std::ui
   BFT_ASSERT(impl_->keeper.installing());
   impl_->keeper.stage(index, data);
 }
-CheckpointId NullService::finish_install(std::uint64_t target_seq) { return impl_->finish_install(target_seq); }
+CheckpointId NullService::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
+  return impl_->finish_install(target_seq, engine_state);
+}
 
 void MemorySnapshotStore::put(const std::string& name, std::span<const std::uint8_t> data) {
   files_.insert_or_assign(name, Bytes(data.begin(), data.end()));

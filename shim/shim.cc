@@ -490,7 +490,7 @@ struct Shim::Impl {
     check_all();
   }
 
-  CheckpointId checkpoint(std::uint64_t seq) {
+  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
     BFT_ASSERT(!install.has_value());
     BFT_ASSERT(last_executed <= seq);  // "nothing past seq is executed"
     commit_own(seq);                   // a checkpoint is taken only at a committed seq
@@ -505,7 +505,9 @@ struct Shim::Impl {
     dirty.reset();
     // The inner root is not known before the inner service writes its checkpoint: zero in the blob (shim.cc top).
     persist(seq, Digest{}, parts);
-    const CheckpointId inner_id = inner.checkpoint(seq);
+    // The engine state goes with the inner service's checkpoint, atomically (protocol/service.h); the shim's own
+    // blob is matched to that checkpoint by the slots above.
+    const CheckpointId inner_id = inner.checkpoint(seq, engine_state);
     BFT_ASSERT(inner_id.seq == seq);
     // The inner service found damaged storage and took nothing (protocol/service.h): neither does the shim. Its
     // blob's other slot still names the inner service's durable checkpoint; the engine repairs by install.
@@ -557,7 +559,7 @@ struct Shim::Impl {
     }
   }
 
-  CheckpointId finish_install(std::uint64_t target_seq) {
+  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
     BFT_ASSERT(install.has_value());
     BFT_ASSERT(install->target_seq == target_seq);
     Install in = std::move(*install);
@@ -585,7 +587,7 @@ struct Shim::Impl {
     persist(target_seq, inner_root, in.parts);
     inner.begin_install(target_seq);
     for (const auto& [i, data] : in.inner_parts) inner.install_partition(i, data);
-    const CheckpointId inner_id = inner.finish_install(target_seq);
+    const CheckpointId inner_id = inner.finish_install(target_seq, engine_state);
     if (inner_id.digest.is_zero()) {
       // The inner service refused its partitions and kept its state: so does the shim. The blob's slot 0 still
       // names the inner service's durable checkpoint.
@@ -674,9 +676,12 @@ void Shim::commit_through(std::uint64_t seq) {
   impl_->inner.commit_through(seq);
 }
 void Shim::rollback_to(std::uint64_t seq) { impl_->rollback_to(seq); }
-CheckpointId Shim::checkpoint(std::uint64_t seq) { return impl_->checkpoint(seq); }
+CheckpointId Shim::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
+  return impl_->checkpoint(seq, engine_state);
+}
 void Shim::discard_checkpoints_below(std::uint64_t seq) { impl_->discard_below(seq); }
 CheckpointId Shim::recovered_checkpoint() const { return impl_->recovered; }
+Bytes Shim::recovered_engine_state() const { return impl_->inner.recovered_engine_state(); }
 std::uint64_t Shim::partition_count() const { return impl_->inner_count + kShimPartitions; }
 const PartitionTree& Shim::checkpoint_tree(std::uint64_t seq) const { return impl_->retained_at(seq).tree; }
 Bytes Shim::read_partition(std::uint64_t seq, std::uint64_t index) const { return impl_->read_partition(seq, index); }
@@ -684,7 +689,9 @@ void Shim::begin_install(std::uint64_t target_seq) { impl_->begin_install(target
 void Shim::install_partition(std::uint64_t index, std::span<const std::uint8_t> data) {
   impl_->install_partition(index, data);
 }
-CheckpointId Shim::finish_install(std::uint64_t target_seq) { return impl_->finish_install(target_seq); }
+CheckpointId Shim::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
+  return impl_->finish_install(target_seq, engine_state);
+}
 std::vector<std::uint64_t> Shim::damaged_partitions() const { return impl_->inner.damaged_partitions(); }
 
 std::optional<Digest> Shim::logged_digest(NodeId client, std::uint64_t request_id) const {

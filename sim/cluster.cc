@@ -47,6 +47,7 @@ void add_stats(ReplicaStats& into, const ReplicaStats& s) {
   into.new_views_installed += s.new_views_installed;
   into.state_transfers += s.state_transfers;
   into.state_transfer_bytes += s.state_transfer_bytes;
+  into.recovered_checkpoints_adopted += s.recovered_checkpoints_adopted;
   into.service_damaged += s.service_damaged;
   into.rollbacks += s.rollbacks;
   into.early_replies += s.early_replies;

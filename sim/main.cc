@@ -33,6 +33,7 @@ struct Totals {
   // Coverage marks: in how many seeds a rare path ran.
   std::uint64_t seeds_with_view_change = 0;
   std::uint64_t seeds_with_state_transfer = 0;
+  std::uint64_t seeds_with_checkpoint_adopted = 0;
   std::uint64_t seeds_with_rollback = 0;
   std::uint64_t seeds_with_crash = 0;
   std::uint64_t seeds_with_crash_before_send = 0;
@@ -100,6 +101,7 @@ struct Totals {
     for (std::size_t i = 0; i < sizeof(SimStats) / sizeof(std::uint64_t); ++i) into[i] += from[i];
     seeds_with_view_change += s.new_views_installed > 0 ? 1 : 0;
     seeds_with_state_transfer += s.state_transfers > 0 ? 1 : 0;
+    seeds_with_checkpoint_adopted += s.recovered_checkpoints_adopted > 0 ? 1 : 0;
     seeds_with_rollback += s.service_rollbacks > 0 ? 1 : 0;
     seeds_with_crash += s.crashes > 0 ? 1 : 0;
     seeds_with_crash_before_send += s.crashes_between_persist_and_send > 0 ? 1 : 0;
@@ -204,10 +206,11 @@ void print_stats(const SimStats& s, const char* indent) {
 
 // Prints the coverage marks of a sweep: in how many seeds each rare path ran.
 void print_coverage(const Totals& totals) {
-  std::printf("  coverage (seeds where it ran): view change %llu, state transfer %llu, rollback %llu, crash %llu, "
+  std::printf("  coverage (seeds where it ran): view change %llu, state transfer %llu, recovered checkpoint ahead of the log adopted %llu, rollback %llu, crash %llu, "
               "crash between persist and send %llu, all-crash %llu, byzantine %llu, partition %llu, read-only %llu, batch hold %llu, quiet primary %llu (released %llu)\n",
               static_cast<unsigned long long>(totals.seeds_with_view_change),
               static_cast<unsigned long long>(totals.seeds_with_state_transfer),
+              static_cast<unsigned long long>(totals.seeds_with_checkpoint_adopted),
               static_cast<unsigned long long>(totals.seeds_with_rollback),
               static_cast<unsigned long long>(totals.seeds_with_crash),
               static_cast<unsigned long long>(totals.seeds_with_crash_before_send),

@@ -22,9 +22,12 @@ bool ExecutionProbe::execute_read_only(NodeId client, std::span<const std::uint8
 }
 void ExecutionProbe::commit_through(std::uint64_t seq) { inner_.commit_through(seq); }
 void ExecutionProbe::rollback_to(std::uint64_t seq) { inner_.rollback_to(seq); }
-CheckpointId ExecutionProbe::checkpoint(std::uint64_t seq) { return inner_.checkpoint(seq); }
+CheckpointId ExecutionProbe::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
+  return inner_.checkpoint(seq, engine_state);
+}
 void ExecutionProbe::discard_checkpoints_below(std::uint64_t seq) { inner_.discard_checkpoints_below(seq); }
 CheckpointId ExecutionProbe::recovered_checkpoint() const { return inner_.recovered_checkpoint(); }
+Bytes ExecutionProbe::recovered_engine_state() const { return inner_.recovered_engine_state(); }
 std::uint64_t ExecutionProbe::partition_count() const { return inner_.partition_count(); }
 const PartitionTree& ExecutionProbe::checkpoint_tree(std::uint64_t seq) const { return inner_.checkpoint_tree(seq); }
 Bytes ExecutionProbe::read_partition(std::uint64_t seq, std::uint64_t index) const {
@@ -34,7 +37,9 @@ void ExecutionProbe::begin_install(std::uint64_t target_seq) { inner_.begin_inst
 void ExecutionProbe::install_partition(std::uint64_t index, std::span<const std::uint8_t> data) {
   inner_.install_partition(index, data);
 }
-CheckpointId ExecutionProbe::finish_install(std::uint64_t target_seq) { return inner_.finish_install(target_seq); }
+CheckpointId ExecutionProbe::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
+  return inner_.finish_install(target_seq, engine_state);
+}
 
 // ---- RecordingService ----
 
@@ -171,14 +176,14 @@ void RecordingService::rollback_to(std::uint64_t seq) {
   inner_.rollback_to(seq);
 }
 
-CheckpointId RecordingService::checkpoint(std::uint64_t seq) {
+CheckpointId RecordingService::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
   if (!tentative_.empty() && tentative_.back().seq > seq) {
     breach("checkpoint(" + std::to_string(seq) + ") with seq " + std::to_string(tentative_.back().seq) +
            " executed");
   }
   // A checkpoint is taken only at a committed seq (service.h), so everything at or below it is final.
   finalize_through(seq);
-  const CheckpointId id = inner_.checkpoint(seq);
+  const CheckpointId id = inner_.checkpoint(seq, engine_state);
   if (!id.digest.is_zero()) checkpoints_.emplace_back(id.seq, id.digest);  // zero: a damaged store took none
   return id;
 }
@@ -186,6 +191,7 @@ CheckpointId RecordingService::checkpoint(std::uint64_t seq) {
 void RecordingService::discard_checkpoints_below(std::uint64_t seq) { inner_.discard_checkpoints_below(seq); }
 
 CheckpointId RecordingService::recovered_checkpoint() const { return inner_.recovered_checkpoint(); }
+Bytes RecordingService::recovered_engine_state() const { return inner_.recovered_engine_state(); }
 
 std::uint64_t RecordingService::partition_count() const { return inner_.partition_count(); }
 
@@ -207,10 +213,10 @@ void RecordingService::install_partition(std::uint64_t index, std::span<const st
   inner_.install_partition(index, data);
 }
 
-CheckpointId RecordingService::finish_install(std::uint64_t target_seq) {
+CheckpointId RecordingService::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
   if (!installing_) breach("finish_install without begin_install");
   installing_ = false;
-  CheckpointId id = inner_.finish_install(target_seq);
+  CheckpointId id = inner_.finish_install(target_seq, engine_state);
   if (id.digest.is_zero()) return id;  // the service refused the state and kept its own (counter_service.cc)
   // The state is now the agreed checkpoint at target_seq. Tentative executions belonged to a state that is
   // gone: whether they matched the agreed history is unknown, so they are not evidence either way.

@@ -73,15 +73,16 @@ class ExecutionProbe final : public Service {
   bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override;
   void commit_through(std::uint64_t seq) override;
   void rollback_to(std::uint64_t seq) override;
-  CheckpointId checkpoint(std::uint64_t seq) override;
+  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
   void discard_checkpoints_below(std::uint64_t seq) override;
   CheckpointId recovered_checkpoint() const override;
+  Bytes recovered_engine_state() const override;
   std::uint64_t partition_count() const override;
   const PartitionTree& checkpoint_tree(std::uint64_t seq) const override;
   Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override;
   void begin_install(std::uint64_t target_seq) override;
   void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
-  CheckpointId finish_install(std::uint64_t target_seq) override;
+  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state = {}) override;
 
   std::uint64_t executions() const { return executions_; }  // execute() calls so far
 
@@ -105,15 +106,16 @@ class RecordingService final : public Service {
   bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override;
   void commit_through(std::uint64_t seq) override;
   void rollback_to(std::uint64_t seq) override;
-  CheckpointId checkpoint(std::uint64_t seq) override;
+  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
   void discard_checkpoints_below(std::uint64_t seq) override;
   CheckpointId recovered_checkpoint() const override;
+  Bytes recovered_engine_state() const override;
   std::uint64_t partition_count() const override;
   const PartitionTree& checkpoint_tree(std::uint64_t seq) const override;
   Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override;
   void begin_install(std::uint64_t target_seq) override;
   void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
-  CheckpointId finish_install(std::uint64_t target_seq) override;
+  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state = {}) override;
 
   // Executions that became final since the last call, in the order they became final (seq order).
   std::vector<ExecRecord> take_final();

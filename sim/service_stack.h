@@ -38,15 +38,16 @@ class OpRewriter final : public Service {
   bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override;
   void commit_through(std::uint64_t seq) override;
   void rollback_to(std::uint64_t seq) override;
-  CheckpointId checkpoint(std::uint64_t seq) override;
+  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
   void discard_checkpoints_below(std::uint64_t seq) override;
   CheckpointId recovered_checkpoint() const override;
+  Bytes recovered_engine_state() const override;
   std::uint64_t partition_count() const override;
   const PartitionTree& checkpoint_tree(std::uint64_t seq) const override;
   Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override;
   void begin_install(std::uint64_t target_seq) override;
   void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
-  CheckpointId finish_install(std::uint64_t target_seq) override;
+  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state = {}) override;
 
  private:
   Service& inner_;

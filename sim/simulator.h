@@ -83,6 +83,7 @@ struct SimStats {
   std::uint64_t view_changes_deferred_lagging = 0;  // timer expired while the replica was a checkpoint behind
   std::uint64_t new_views_installed = 0;
   std::uint64_t state_transfers = 0;
+  std::uint64_t recovered_checkpoints_adopted = 0;  // restarts whose service checkpoint was ahead of the log
   std::uint64_t replica_rollbacks = 0;
   std::uint64_t batch_holds = 0;  // ticks at which a primary held a batch back for returning clients
   std::uint64_t quiet_batches = 0;   // batches a primary prepared without its own promises (quiet primary)

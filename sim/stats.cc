@@ -28,6 +28,7 @@ void Simulation::collect_replica_stats() {
   stats_.view_changes_deferred_lagging = total.view_changes_deferred_lagging;
   stats_.new_views_installed = total.new_views_installed;
   stats_.state_transfers = total.state_transfers;
+  stats_.recovered_checkpoints_adopted = total.recovered_checkpoints_adopted;
   stats_.replica_rollbacks = total.rollbacks;
   stats_.early_replies_sent = total.early_replies;
   stats_.quiet_batches = total.quiet_batches;

@@ -28,8 +28,9 @@ using fs::Value;
 namespace {
 
 constexpr std::uint8_t kRecPart = 1;
-constexpr std::uint8_t kRecCommit = 2;
+constexpr std::uint8_t kRecCommit = 2;  // without an engine state: read (older stores), never written
 constexpr std::uint8_t kRecHeader = 3;
+constexpr std::uint8_t kRecCommitState = 4;  // COMMIT with the engine state (disk_object_store.h)
 constexpr char kMagic[8] = {'B', 'F', 'T', 'F', 'S', 'I', 'D', 'X'};
 constexpr std::uint32_t kVersion = 1;
 constexpr std::uint32_t kRecordBytesMax = 1u << 30;  // a PART of a partition at kPartitionBytesMax fits easily
@@ -149,6 +150,7 @@ struct DiskObjectStore::Impl {
   std::map<std::uint64_t, Content> frozen;    // their content at latest_seq, captured before the first change
   std::vector<std::uint64_t> part_record_bytes;  // size of each partition's newest PART record (0: none)
   std::uint64_t live_index_bytes = 0;            // sum of part_record_bytes: what a rewritten journal holds
+  Bytes latest_engine_state;                     // stored with latest_seq (in its COMMIT record)
 
   std::optional<std::map<std::uint64_t, Content>> staged;
   std::map<std::uint64_t, Digest> staged_leaves;
@@ -367,14 +369,18 @@ struct DiskObjectStore::Impl {
     return b;
   }
 
-  Bytes commit_body(std::uint64_t seq, const Digest& root) const {
+  Bytes commit_body(std::uint64_t seq, const Digest& root, std::span<const std::uint8_t> engine_state) const {
+    BFT_ASSERT(engine_state.size() <= kRecordBytesMax - 128);  // the record stays within kRecordBytesMax
     Bytes b;
+    b.reserve(61 + engine_state.size());
     ByteWriter w(b);
-    w.u8(kRecCommit);
+    w.u8(kRecCommitState);
     w.u64(seq);
     w.u64(data_end);
     w.u64(options.partitions);
     w.bytes(root.bytes);
+    w.u32(static_cast<std::uint32_t>(engine_state.size()));
+    b.insert(b.end(), engine_state.begin(), engine_state.end());
     return b;
   }
 
@@ -383,8 +389,10 @@ struct DiskObjectStore::Impl {
     index_end += records.size();
   }
 
-  // Makes the current objects checkpoint `seq` with the given new leaf digests of the dirty partitions.
-  CheckpointId commit_checkpoint(std::uint64_t seq, const std::map<std::uint64_t, Digest>& leaves) {
+  // Makes the current objects checkpoint `seq` with the given new leaf digests of the dirty partitions, and
+  // `engine_state` durable with it (in its COMMIT record: one fdatasync covers both).
+  CheckpointId commit_checkpoint(std::uint64_t seq, const std::map<std::uint64_t, Digest>& leaves,
+                                 std::span<const std::uint8_t> engine_state) {
     BFT_ASSERT(leaves.size() == dirty.size());
     PartitionTree next = has_checkpoint ? versions.rbegin()->second.tree : empty_tree();
     Bytes records;
@@ -398,7 +406,7 @@ struct DiskObjectStore::Impl {
       live_index_bytes += part_record_bytes[p];
     }
     const Digest root = next.root();
-    append_record(records, commit_body(seq, root));
+    append_record(records, commit_body(seq, root, engine_state));
     // Values first, then the index that names them: after a crash the index never names a lost value.
     if (::fdatasync(data_fd.get()) != 0) die("cannot fdatasync", data_path);
     append_to_index(records);
@@ -421,6 +429,7 @@ struct DiskObjectStore::Impl {
     dirty.clear();
     versions.insert_or_assign(seq, Version{std::move(next), {}});
     latest_seq = seq;
+    latest_engine_state.assign(engine_state.begin(), engine_state.end());
     has_checkpoint = true;
     stats.checkpoints++;
     maybe_compact_data();  // (rewrites the journal when it runs)
@@ -438,7 +447,8 @@ struct DiskObjectStore::Impl {
   // Rewrites the journal as one PART per non-empty partition and one COMMIT, when it has grown past twice
   // that size: amortized O(1) per PART appended. Called right after a checkpoint (current = latest).
   void maybe_compact_index() {
-    if (index_end < options.index_compact_bytes_min || index_end < 2 * live_index_bytes + 4096) return;
+    const std::uint64_t live = live_index_bytes + latest_engine_state.size();
+    if (index_end < options.index_compact_bytes_min || index_end < 2 * live + 4096) return;
     rewrite_index(data_generation);
     stats.index_compactions++;
   }
@@ -456,7 +466,7 @@ struct DiskObjectStore::Impl {
       append_record(records, part_body(p, t.leaf(p), content_of(p)));
       part_record_bytes[p] = records.size() - before;
     }
-    append_record(records, commit_body(latest_seq, t.root()));
+    append_record(records, commit_body(latest_seq, t.root(), latest_engine_state));
     const std::string tmp = index_path + ".tmp";
     UniqueFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid()) die("cannot create", tmp);
@@ -549,6 +559,7 @@ struct DiskObjectStore::Impl {
     std::uint64_t commit_seq = 0;
     std::uint64_t commit_data_end = 0;
     Digest commit_root;
+    Bytes commit_engine_state;  // empty after a COMMIT without one
     std::size_t good_end = 0;  // end of the last record that completes something (the header or a COMMIT)
   };
 
@@ -620,8 +631,8 @@ struct DiskObjectStore::Impl {
         replay.good_end = pos + 8 + len;  // a header alone is a valid, empty store
       } else if (type == kRecPart) {
         e = read_part_record(r, pos, len, replay);
-      } else if (type == kRecCommit) {
-        e = read_commit_record(r, pos, len, replay);
+      } else if (type == kRecCommit || type == kRecCommitState) {
+        e = read_commit_record(r, pos, len, type == kRecCommitState, replay);
       } else {
         e = "unknown index record type " + std::to_string(type);
       }
@@ -676,15 +687,23 @@ struct DiskObjectStore::Impl {
     return "";
   }
 
-  // A COMMIT record: the pending PARTs become the checkpoint's, which names the data file's end and its root.
-  std::string read_commit_record(ByteReader& r, std::size_t pos, std::uint32_t len, JournalReplay& replay) {
+  // A COMMIT record: the pending PARTs become the checkpoint's, which names the data file's end and its root
+  // (and, `with_state`, carries the engine state stored with it).
+  std::string read_commit_record(ByteReader& r, std::size_t pos, std::uint32_t len, bool with_state,
+                                 JournalReplay& replay) {
     std::uint64_t seq = 0;
     std::uint64_t end = 0;
     std::uint64_t partitions = 0;
     Bytes root;
-    if (!r.u64(seq) || !r.u64(end) || !r.u64(partitions) || !r.bytes(kDigestBytes, root) || !r.done()) {
+    std::uint32_t state_len = 0;
+    Bytes state;
+    if (!r.u64(seq) || !r.u64(end) || !r.u64(partitions) || !r.bytes(kDigestBytes, root)) {
       return "malformed COMMIT record at " + std::to_string(pos);
     }
+    if (with_state && (!r.u32(state_len) || state_len != r.remaining() || !r.bytes(state_len, state))) {
+      return "malformed engine state in COMMIT record at " + std::to_string(pos);
+    }
+    if (!r.done()) return "trailing bytes in COMMIT record at " + std::to_string(pos);
     if (partitions != options.partitions) return "COMMIT for another partition count";
     if (replay.any_commit && (seq < replay.commit_seq || end < replay.commit_data_end)) {
       return "COMMIT records out of order";
@@ -699,6 +718,7 @@ struct DiskObjectStore::Impl {
     replay.commit_seq = seq;
     replay.commit_data_end = end;
     std::memcpy(replay.commit_root.bytes.data(), root.data(), kDigestBytes);
+    replay.commit_engine_state = std::move(state);
     replay.any_commit = true;
     replay.good_end = pos + 8 + len;
     return "";
@@ -748,6 +768,7 @@ struct DiskObjectStore::Impl {
     if (t.root() != replay.commit_root) return "index root differs from its COMMIT record (damaged index)";
     versions.emplace(replay.commit_seq, Version{std::move(t), {}});
     latest_seq = replay.commit_seq;
+    latest_engine_state = replay.commit_engine_state;
     has_checkpoint = true;
     return "";
   }
@@ -833,7 +854,12 @@ CheckpointId DiskObjectStore::latest() const {
   return CheckpointId{impl_->latest_seq, impl_->versions.rbegin()->second.tree.root()};
 }
 
-std::optional<CheckpointId> DiskObjectStore::checkpoint(std::uint64_t seq) {
+Bytes DiskObjectStore::latest_engine_state() const {
+  BFT_ASSERT(impl_->has_checkpoint);
+  return impl_->latest_engine_state;
+}
+
+std::optional<CheckpointId> DiskObjectStore::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
   Impl& m = *impl_;
   BFT_ASSERT(!m.staged.has_value());
   BFT_ASSERT(m.has_checkpoint ? seq > m.latest_seq : seq == 0);
@@ -845,7 +871,7 @@ std::optional<CheckpointId> DiskObjectStore::checkpoint(std::uint64_t seq) {
   m.forget_cached_leaves();
   const std::uint64_t t1 = mono_ns();
   const std::size_t partitions = leaves.size();
-  CheckpointId id = m.commit_checkpoint(seq, leaves);
+  CheckpointId id = m.commit_checkpoint(seq, leaves, engine_state);
   const std::uint64_t t2 = mono_ns();
   // The checkpoint runs on the replica's event loop: a slow one delays everything (and peers' timers run).
   if (t2 - t0 > 500'000'000) {
@@ -897,7 +923,7 @@ void DiskObjectStore::stage_partition(std::uint64_t p, std::vector<std::pair<Obj
   m.staged->insert_or_assign(p, std::move(c));
 }
 
-CheckpointId DiskObjectStore::finish_install(std::uint64_t seq) {
+CheckpointId DiskObjectStore::finish_install(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
   Impl& m = *impl_;
   BFT_ASSERT(m.staged.has_value());
   BFT_ASSERT(seq >= m.latest_seq);  // equal: it replaces the latest checkpoint (protocol/service.h)
@@ -915,7 +941,7 @@ CheckpointId DiskObjectStore::finish_install(std::uint64_t seq) {
   std::map<std::uint64_t, Digest> leaves = std::move(m.staged_leaves);
   m.staged_leaves.clear();
   m.forget_cached_leaves();
-  return m.commit_checkpoint(seq, leaves);
+  return m.commit_checkpoint(seq, leaves, engine_state);
 }
 
 void DiskObjectStore::abort_install() {

@@ -8,10 +8,16 @@
 //   index  a journal of records, each  u32 body_len || u32 crc32c(body) || body:
 //            HEADER  u8 3 || "BFTFSIDX" || u32 version (1) || u64 partitions || u64 data generation  (first)
 //            PART    u8 1 || u64 p || leaf digest (32) || u32 n || n * (key || u64 offset || u32 len || u32 crc)
-//            COMMIT  u8 2 || u64 seq || u64 data_end || u64 partitions || root digest (32)
+//            COMMIT  u8 4 || u64 seq || u64 data_end || u64 partitions || root digest (32)
+//                    || u32 n || n bytes of engine state (protocol/service.h)
 //          PARTs replace the whole content of their partition, and take effect only with the COMMIT after them;
 //          a checkpoint appends one PART per changed partition and a COMMIT. That is the checkpoint: an index
-//          version, O(changed partitions), made durable by fdatasync(data) then fdatasync(index).
+//          version, O(changed partitions), made durable by fdatasync(data) then fdatasync(index). The engine
+//          state rides in the COMMIT so that the same fdatasync makes it durable with the checkpoint. A journal
+//          written before engine states were stored has COMMITs of type 2 (the same fields without the engine
+//          state); they still load, with an empty engine state (the engine then pairs the checkpoint with the
+//          client table of its log, as it did then), and the next checkpoint appends a type-4 COMMIT. A binary
+//          older than type 4 refuses such a journal ("unknown index record type 4").
 //
 // Checksums kept apart (Gaios's rule): a value's crc32c (over its key's encoding, then its bytes) is in the
 // index, never next to the value, and the two files are written by separate I/Os. A misdirected, lost or torn
@@ -87,13 +93,14 @@ class DiskObjectStore final : public fs::CheckpointedStore {
   const std::set<std::uint64_t>& corrupt_partitions() const override;
   bool has_checkpoint() const override;
   CheckpointId latest() const override;
-  std::optional<CheckpointId> checkpoint(std::uint64_t seq) override;
+  Bytes latest_engine_state() const override;
+  std::optional<CheckpointId> checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
   void discard_below(std::uint64_t seq) override;
   const PartitionTree& tree(std::uint64_t seq) const override;
   Bytes read_partition(std::uint64_t seq, std::uint64_t p) const override;
   void begin_install() override;
   void stage_partition(std::uint64_t p, std::vector<std::pair<fs::ObjectKey, fs::Value>> objects) override;
-  CheckpointId finish_install(std::uint64_t seq) override;
+  CheckpointId finish_install(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
   void abort_install() override;
 
   // ---- maintenance and inspection ----

@@ -73,13 +73,21 @@ CheckpointId MemoryCheckpointedStore::latest() const {
   return CheckpointId{l.seq, l.tree.root()};
 }
 
-std::optional<CheckpointId> MemoryCheckpointedStore::checkpoint(std::uint64_t seq) {
+Bytes MemoryCheckpointedStore::latest_engine_state() const {
+  BFT_ASSERT(impl_->keeper.has_value());
+  return impl_->keeper->latest_engine_state();
+}
+
+std::optional<CheckpointId> MemoryCheckpointedStore::checkpoint(std::uint64_t seq,
+                                                                std::span<const std::uint8_t> engine_state) {
   BFT_ASSERT(!impl_->staged.has_value());
   Impl& m = *impl_;
   if (!m.keeper.has_value()) {
     // The first checkpoint: the keeper starts from the whole current state. Like the counter's initial state it
     // is not written (a fresh store starts from it again); the store held no blob (else the keeper would exist).
+    // Nor is an engine state: the engine's state at 0 is its initial one too.
     BFT_ASSERT(seq == 0);
+    BFT_ASSERT(engine_state.empty());
     std::vector<Bytes> parts;
     parts.reserve(m.objects.partition_count());
     for (std::uint64_t p = 0; p < m.objects.partition_count(); ++p) parts.push_back(encode_partition(m.objects, p));
@@ -90,7 +98,7 @@ std::optional<CheckpointId> MemoryCheckpointedStore::checkpoint(std::uint64_t se
   std::map<std::uint64_t, Bytes> changed;
   for (std::uint64_t p : m.objects.dirty()) changed.emplace(p, encode_partition(m.objects, p));
   m.objects.clear_dirty();
-  return m.keeper->take(seq, std::move(changed));
+  return m.keeper->take(seq, std::move(changed), engine_state);
 }
 
 void MemoryCheckpointedStore::discard_below(std::uint64_t seq) {
@@ -122,7 +130,7 @@ void MemoryCheckpointedStore::stage_partition(std::uint64_t p, std::vector<std::
   impl_->staged->insert_or_assign(p, std::move(objects));
 }
 
-CheckpointId MemoryCheckpointedStore::finish_install(std::uint64_t seq) {
+CheckpointId MemoryCheckpointedStore::finish_install(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
   Impl& m = *impl_;
   BFT_ASSERT(m.staged.has_value());
   BFT_ASSERT(seq >= m.keeper->latest().seq);  // equal: it replaces the latest checkpoint (protocol/service.h)
@@ -141,7 +149,7 @@ CheckpointId MemoryCheckpointedStore::finish_install(std::uint64_t seq) {
   }
   m.staged.reset();
   m.objects.clear_dirty();
-  return m.keeper->take(seq, std::move(changed));
+  return m.keeper->take(seq, std::move(changed), engine_state);
 }
 
 void MemoryCheckpointedStore::abort_install() {

@@ -35,10 +35,14 @@ class CheckpointedStore : public ObjectStore {
   virtual bool has_checkpoint() const = 0;
   // The newest checkpoint (taken, installed, or found when the store was opened). Precondition: has_checkpoint().
   virtual CheckpointId latest() const = 0;
-  // Makes the current objects checkpoint `seq` (>= latest().seq), durable on return, retained until
-  // discard_below(s > seq). Cost proportional to the partitions changed since latest(). Returns nullopt and
-  // takes nothing (the changes stay pending) if a value read for it failed verification.
-  virtual std::optional<CheckpointId> checkpoint(std::uint64_t seq) = 0;
+  // The engine state (protocol/service.h) stored with latest(): empty for checkpoint 0 and for a checkpoint
+  // stored in a format that had none. Precondition: has_checkpoint().
+  virtual Bytes latest_engine_state() const = 0;
+  // Makes the current objects checkpoint `seq` (>= latest().seq), durable on return atomically with
+  // `engine_state`, retained until discard_below(s > seq). Cost proportional to the partitions changed since
+  // latest() (plus the engine state's size). Returns nullopt and takes nothing (the changes stay pending) if a
+  // value read for it failed verification.
+  virtual std::optional<CheckpointId> checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) = 0;
   // Drops retained checkpoints below `seq`; latest() is always kept.
   virtual void discard_below(std::uint64_t seq) = 0;
   // Partition tree and partition bytes of a retained checkpoint. Precondition: retained. A read_partition that
@@ -53,8 +57,9 @@ class CheckpointedStore : public ObjectStore {
   // Partition `p` of the target checkpoint (decoded and validated by the caller; keys in p, increasing).
   virtual void stage_partition(std::uint64_t p, std::vector<std::pair<ObjectKey, Value>> objects) = 0;
   // The objects become latest() with every staged partition replaced and every change since latest() undone;
-  // that state is checkpoint `seq` (> latest().seq), durable on return. Staged partitions are no longer corrupt.
-  virtual CheckpointId finish_install(std::uint64_t seq) = 0;
+  // that state is checkpoint `seq` (>= latest().seq), durable on return atomically with `engine_state`. Staged
+  // partitions are no longer corrupt.
+  virtual CheckpointId finish_install(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) = 0;
   virtual void abort_install() = 0;
 };
 
@@ -85,13 +90,14 @@ class MemoryCheckpointedStore final : public CheckpointedStore {
 
   bool has_checkpoint() const override;
   CheckpointId latest() const override;
-  std::optional<CheckpointId> checkpoint(std::uint64_t seq) override;
+  Bytes latest_engine_state() const override;
+  std::optional<CheckpointId> checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
   void discard_below(std::uint64_t seq) override;
   const PartitionTree& tree(std::uint64_t seq) const override;
   Bytes read_partition(std::uint64_t seq, std::uint64_t p) const override;
   void begin_install() override;
   void stage_partition(std::uint64_t p, std::vector<std::pair<ObjectKey, Value>> objects) override;
-  CheckpointId finish_install(std::uint64_t seq) override;
+  CheckpointId finish_install(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
   void abort_install() override;
 
  private:

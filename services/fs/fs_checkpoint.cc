@@ -13,14 +13,14 @@
 
 namespace bftfs::fs {
 
-CheckpointId FsService::Impl::checkpoint(std::uint64_t seq) {
+CheckpointId FsService::Impl::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
   BFT_ASSERT(!installing);
   BFT_ASSERT(last_executed <= seq);
   commit_through(seq);
   // Damage found earlier (say, by a peer's fetch) and not yet repaired: take nothing either, so that the
   // store's newest checkpoint stays the engine's newest (the base its repair diffs against).
   if (!store.corrupt_partitions().empty()) return CheckpointId{seq, Digest{}};
-  const std::optional<CheckpointId> id = store.checkpoint(seq);
+  const std::optional<CheckpointId> id = store.checkpoint(seq, engine_state);
   if (!id.has_value()) return CheckpointId{seq, Digest{}};  // damaged (protocol/service.h): nothing taken
   return *id;
 }
@@ -58,7 +58,7 @@ void FsService::Impl::install_partition(std::uint64_t p, std::span<const std::ui
   store.stage_partition(p, std::move(objects));
 }
 
-CheckpointId FsService::Impl::finish_install(std::uint64_t target_seq) {
+CheckpointId FsService::Impl::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
   BFT_ASSERT(installing);
   installing = false;
   // A partition not fetched is the base checkpoint's, which has both (every state has them).
@@ -71,7 +71,7 @@ CheckpointId FsService::Impl::finish_install(std::uint64_t target_seq) {
     store.abort_install();
     return CheckpointId{target_seq, Digest{}};
   }
-  const CheckpointId id = store.finish_install(target_seq);  // this replica's changes since the base are gone
+  const CheckpointId id = store.finish_install(target_seq, engine_state);  // this replica's changes since the base are gone
   undo.clear();
   touched.clear();
   committed = target_seq;

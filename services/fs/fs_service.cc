@@ -34,6 +34,7 @@ FsService::Impl::Impl(std::unique_ptr<CheckpointedStore> owned, FsOptions o)
     BFT_ASSERT(id.has_value());  // values written a moment ago by this process
   }
   recovered = store.latest();
+  recovered_engine_state = store.latest_engine_state();
   // Every state has these two objects. Bytes that fail their checksum are not a reason to stop: the service
   // starts damaged (damaged_partitions()) and the engine repairs it; an object that is simply absent is a bug.
   const std::uint64_t corrupt_before = store.corrupt_reads();
@@ -81,9 +82,12 @@ bool FsService::execute_read_only(NodeId client, std::span<const std::uint8_t> o
 }
 void FsService::commit_through(std::uint64_t seq) { impl_->commit_through(seq); }
 void FsService::rollback_to(std::uint64_t seq) { impl_->rollback_to(seq); }
-CheckpointId FsService::checkpoint(std::uint64_t seq) { return impl_->checkpoint(seq); }
+CheckpointId FsService::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
+  return impl_->checkpoint(seq, engine_state);
+}
 void FsService::discard_checkpoints_below(std::uint64_t seq) { impl_->store.discard_below(seq); }
 CheckpointId FsService::recovered_checkpoint() const { return impl_->recovered; }
+Bytes FsService::recovered_engine_state() const { return impl_->recovered_engine_state; }
 std::uint64_t FsService::partition_count() const { return impl_->opt.partitions; }
 const PartitionTree& FsService::checkpoint_tree(std::uint64_t seq) const { return impl_->store.tree(seq); }
 Bytes FsService::read_partition(std::uint64_t seq, std::uint64_t index) const {
@@ -97,7 +101,9 @@ void FsService::begin_install(std::uint64_t target_seq) {
 void FsService::install_partition(std::uint64_t index, std::span<const std::uint8_t> data) {
   impl_->install_partition(index, data);
 }
-CheckpointId FsService::finish_install(std::uint64_t target_seq) { return impl_->finish_install(target_seq); }
+CheckpointId FsService::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
+  return impl_->finish_install(target_seq, engine_state);
+}
 std::vector<std::uint64_t> FsService::damaged_partitions() const {
   const auto& c = impl_->store.corrupt_partitions();
   return {c.begin(), c.end()};

@@ -57,16 +57,17 @@ class FsService final : public Service {
   bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override;
   void commit_through(std::uint64_t seq) override;
   void rollback_to(std::uint64_t seq) override;
-  CheckpointId checkpoint(std::uint64_t seq) override;
+  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
   void discard_checkpoints_below(std::uint64_t seq) override;
   CheckpointId recovered_checkpoint() const override;
+  Bytes recovered_engine_state() const override;
   std::uint64_t partition_count() const override;
   const PartitionTree& checkpoint_tree(std::uint64_t seq) const override;
   Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override;
   // Rejects (zero digest, state unchanged) an install whose partitions do not decode as file-service state.
   void begin_install(std::uint64_t target_seq) override;
   void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
-  CheckpointId finish_install(std::uint64_t target_seq) override;
+  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state = {}) override;
   // The store's corrupt partitions. A request that read corrupt bytes is undone and answered EIO, which the
   // engine never sends; execute_read_only answers nothing once any partition is corrupt.
   std::vector<std::uint64_t> damaged_partitions() const override;

@@ -163,12 +163,12 @@ struct FsService::Impl {
   void rollback_to(std::uint64_t seq);
 
   // ---- fs_checkpoint.cc ----
-  CheckpointId checkpoint(std::uint64_t seq);
+  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state);
   void begin_install();
   // Decodes and validates one fetched partition (the digest only proves a peer had these bytes, not that they
   // are file-service state) and stages it. The first error is the one finish_install reports.
   void install_partition(std::uint64_t p, std::span<const std::uint8_t> data);
-  CheckpointId finish_install(std::uint64_t target_seq);
+  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state);
 
   // ---- fs_invariants.cc ----
   // O(1) checks after every request (asserted).
@@ -180,6 +180,7 @@ struct FsService::Impl {
   std::unique_ptr<CheckpointedStore> owned_store;
   CheckpointedStore& store;
   CheckpointId recovered;
+  Bytes recovered_engine_state;  // the store's, stored with `recovered`
   std::vector<UndoRec> undo;       // changes after `committed`, in execution order
   std::set<ObjectKey> touched;     // keys with an undo record in the current op
   bool installing = false;

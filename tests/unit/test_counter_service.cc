@@ -202,22 +202,59 @@ TEST_CASE("snapshot blobs are validated: corruption, truncation and wrong shape 
   using namespace services_internal;
   std::vector<PartitionBytes> parts = {std::make_shared<const Bytes>(Bytes{1, 2, 3}),
                                        std::make_shared<const Bytes>(Bytes{})};
-  const Bytes blob = encode_snapshot_blob(42, parts);
+  const Bytes engine_state{7, 8, 9, 10};
+  const Bytes blob = encode_snapshot_blob(42, parts, engine_state);
   std::uint64_t seq = 0;
   std::vector<Bytes> out;
-  REQUIRE(decode_snapshot_blob(blob, 2, seq, out).empty());
+  Bytes state_out;
+  REQUIRE(decode_snapshot_blob(blob, 2, seq, out, state_out).empty());
   CHECK(seq == 42);
   CHECK(out == std::vector<Bytes>{Bytes{1, 2, 3}, Bytes{}});
+  CHECK(state_out == engine_state);
 
   for (std::size_t i = 0; i < blob.size(); ++i) {
     Bytes flipped = blob;
     flipped[i] ^= 0x01;
-    CHECK_FALSE(decode_snapshot_blob(flipped, 2, seq, out).empty());
+    CHECK_FALSE(decode_snapshot_blob(flipped, 2, seq, out, state_out).empty());
   }
   for (std::size_t len = 0; len < blob.size(); ++len) {
-    CHECK_FALSE(decode_snapshot_blob(std::span(blob).first(len), 2, seq, out).empty());
+    CHECK_FALSE(decode_snapshot_blob(std::span(blob).first(len), 2, seq, out, state_out).empty());
   }
-  CHECK_FALSE(decode_snapshot_blob(blob, 3, seq, out).empty());
+  CHECK_FALSE(decode_snapshot_blob(blob, 3, seq, out, state_out).empty());
+}
+
+TEST_CASE("a snapshot blob of the format before engine states (BFTSNAP1) loads with an empty engine state") {
+  using namespace services_internal;
+  // BFTSNAP1: magic || u64 seq || u64 count || per partition u32 size || bytes || digest; no engine state.
+  Bytes old(kSnapshotMagicV1, kSnapshotMagicV1 + sizeof(kSnapshotMagicV1));
+  put_u64(old, 42);
+  put_u64(old, 1);
+  put_u32(old, 3);
+  old.insert(old.end(), {1, 2, 3});
+  const Digest d = digest_of(old);
+  old.insert(old.end(), d.bytes.begin(), d.bytes.end());
+  std::uint64_t seq = 0;
+  std::vector<Bytes> out;
+  Bytes state_out{5};
+  REQUIRE(decode_snapshot_blob(old, 1, seq, out, state_out).empty());
+  CHECK(seq == 42);
+  CHECK(out == std::vector<Bytes>{Bytes{1, 2, 3}});
+  CHECK(state_out.empty());
+}
+
+TEST_CASE("the counter keeps the engine state of its newest checkpoint, atomically with it, across a restart") {
+  MemorySnapshotStore store;
+  const Bytes engine_state{1, 2, 3, 4, 5};
+  {
+    CounterService a(&store);
+    CHECK(a.recovered_engine_state().empty());  // the initial state has none
+    TokenClient c(7);
+    c.increment(a, 1);
+    a.checkpoint(1, engine_state);
+  }
+  CounterService b(&store);
+  CHECK(b.recovered_checkpoint().seq == 1);
+  CHECK(b.recovered_engine_state() == engine_state);
 }
 
 TEST_CASE("counter install from another instance's partitions yields the same root") {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/crc32c.h"
 #include "storage/disk_object_store.h"
 #include "test_fs_util.h"
 #include "test_runtime_util.h"
@@ -451,4 +452,129 @@ TEST_CASE("fs disk store: a replica whose superblock rotted on disk starts damag
         std::vector<std::uint64_t>{partition_of(ObjectKey::super(), small_options().partitions)});
   Bytes out;
   CHECK_FALSE(h->svc.execute_read_only(7, encode_request(Request{{getattr(kRoot)}}), out));
+}
+
+namespace {
+
+Bytes read_whole(const std::string& path) {
+  const off_t size = file_size(path);
+  Bytes b(static_cast<std::size_t>(size));
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pread(fd, b.data(), b.size(), 0) == size);
+  ::close(fd);
+  return b;
+}
+
+void write_whole(const std::string& path, const Bytes& b) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pwrite(fd, b.data(), b.size(), 0) == static_cast<ssize_t>(b.size()));
+  ::close(fd);
+}
+
+std::uint32_t le32(const std::uint8_t* p) {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+void put_le32(Bytes& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+
+// Rewrites the index journal at `path` into the format before engine states: every COMMIT (type 4: seq, data
+// end, partitions, root, then the engine state) becomes a type-2 COMMIT without the engine state.
+void downgrade_commits(const std::string& path) {
+  const Bytes in = read_whole(path);
+  Bytes out;
+  std::size_t pos = 0;
+  int converted = 0;
+  while (pos + 8 <= in.size()) {
+    const std::uint32_t len = le32(in.data() + pos);
+    REQUIRE(pos + 8 + len <= in.size());
+    Bytes body(in.begin() + static_cast<std::ptrdiff_t>(pos + 8), in.begin() + static_cast<std::ptrdiff_t>(pos + 8 + len));
+    if (body.at(0) == 4) {
+      body.resize(1 + 8 + 8 + 8 + 32);
+      body[0] = 2;
+      converted++;
+    }
+    put_le32(out, static_cast<std::uint32_t>(body.size()));
+    put_le32(out, bftfs::crc32c(0, body));
+    out.insert(out.end(), body.begin(), body.end());
+    pos += 8 + len;
+  }
+  REQUIRE(pos == in.size());
+  REQUIRE(converted > 0);
+  write_whole(path, out);
+}
+
+}  // namespace
+
+TEST_CASE("fs disk store keeps the engine state with its checkpoint: restart, crash mid-write, journal rewrite",
+          "[fs][disk]") {
+  TempDir dir;
+  const std::string index = dir.path + "/index";
+  FsOptions o = small_options();
+  DiskStoreOptions d = disk_options(o);
+  const Bytes first_state(3000, 0xA1);
+  const Bytes second_state{1, 2, 3};
+  CheckpointId first;
+  off_t first_end = 0;
+  {
+    auto h = disk_harness(dir.path);
+    CHECK(h->svc.recovered_engine_state().empty());  // checkpoint 0 has none
+    h->make_file(kRoot, "a");
+    first = h->svc.checkpoint(h->seq, first_state);
+    first_end = file_size(index);
+    h->make_file(kRoot, "b");
+    h->svc.checkpoint(h->seq, second_state);
+  }
+  {
+    auto h = disk_harness(dir.path);
+    CHECK(h->svc.recovered_engine_state() == second_state);
+  }
+  // A crash inside the second checkpoint's write keeps the first checkpoint and its engine state, together.
+  truncate_file(index, file_size(index) - 1);
+  {
+    auto h = disk_harness(dir.path);
+    CHECK(h->svc.recovered_checkpoint().seq == first.seq);
+    CHECK(h->svc.recovered_engine_state() == first_state);
+  }
+  REQUIRE(first_end == file_size(index));
+  // A rewritten journal carries the latest engine state over.
+  d.index_compact_bytes_min = 0;
+  {
+    Harness h(open_store(dir.path, d), o);
+    h.seq = first.seq;
+    for (int i = 0; i < 20; ++i) {
+      h.make_file(kRoot, "f" + std::to_string(i));
+      h.svc.checkpoint(h.seq, Bytes{static_cast<std::uint8_t>(i)});
+      h.svc.discard_checkpoints_below(h.seq);
+    }
+  }
+  DiskObjectStore* store = nullptr;
+  Harness h(open_store(dir.path, d, &store), o);
+  CHECK(h.svc.recovered_engine_state() == Bytes{19});
+}
+
+TEST_CASE("fs disk store opens a journal written before engine states, with an empty engine state", "[fs][disk]") {
+  TempDir dir;
+  CheckpointId cp;
+  {
+    auto h = disk_harness(dir.path);
+    h->make_file(kRoot, "old");
+    cp = h->svc.checkpoint(h->seq, Bytes{9, 9});
+  }
+  downgrade_commits(dir.path + "/index");
+  {
+    auto h = disk_harness(dir.path);
+    CHECK(h->svc.recovered_checkpoint().seq == cp.seq);
+    CHECK(h->svc.recovered_checkpoint().digest == cp.digest);
+    CHECK(h->svc.recovered_engine_state().empty());  // the engine falls back to its log's CheckpointRecord
+    h->seq = cp.seq;
+    h->make_file(kRoot, "new");
+    h->svc.checkpoint(h->seq, Bytes{4});  // appends a COMMIT with the engine state to the old journal
+  }
+  auto h = disk_harness(dir.path);
+  CHECK(h->svc.recovered_engine_state() == Bytes{4});
 }

@@ -171,3 +171,110 @@ TEST_CASE("a lagging replica within the window catches up from its peers' logs",
   CHECK(c.service(3).value() == 2);
   require_agreement(c, {0, 1, 2, 3});
 }
+
+namespace {
+
+// What a crash of replica `id` keeps when it strikes after Service::checkpoint(seq) made the service's state
+// durable but before the driver synced the records of that step: the log is cut back to just before the
+// CommittedRecord of `seq` (appended, unsynced, in the step that executed seq and took the checkpoint, like
+// the CheckpointRecord after it). The PreparedRecord of seq survives: it was synced before its COMMIT left.
+// With `keep_checkpoint_record` the cut comes right after the CheckpointRecord instead (its sync completed,
+// the StableRecord's did not). Call between crash and restart.
+void lose_tail_after_service_checkpoint(CounterCluster& c, NodeId id, std::uint64_t seq, bool keep_checkpoint_record) {
+  std::vector<PersistRecord>& log = c.records(id);
+  const auto is_committed = [&](const PersistRecord& r) {
+    const auto* x = std::get_if<CommittedRecord>(&r);
+    return x != nullptr && x->seq == seq;
+  };
+  const auto is_checkpoint = [&](const PersistRecord& r) {
+    const auto* x = std::get_if<CheckpointRecord>(&r);
+    return x != nullptr && x->seq == seq;
+  };
+  auto committed = std::find_if(log.begin(), log.end(), is_committed);
+  auto checkpoint = std::find_if(log.begin(), log.end(), is_checkpoint);
+  REQUIRE(committed != log.end());
+  REQUIRE(checkpoint != log.end());
+  REQUIRE(committed < checkpoint);
+  log.erase(keep_checkpoint_record ? checkpoint + 1 : committed, log.end());
+  sim::ReplicaHost& host = c.host(id);
+  host.synced = log.size();
+  host.promises = sim::PromiseIndex{};
+  for (const PersistRecord& r : log) host.promises.add(r);
+}
+
+}  // namespace
+
+TEST_CASE("replicas that all crash after their service checkpoint but before its records were synced recover by "
+          "themselves", "[replica][recovery]") {
+  // The whole cluster loses power at once. Replicas 0, 1 and 3 had made the service's checkpoint at 4 durable
+  // but not the log records of that step (the CheckpointRecord, the CommittedRecord of 4); replica 2 had synced
+  // its CheckpointRecord but not the StableRecord. No stable certificate for 4 exists anywhere, so nobody can
+  // serve it by state transfer: the replicas must make it stable among themselves from what they kept.
+  LogQuiet quiet;
+  CounterCluster c(small_options());
+  const NodeId client = c.client_ids[0];
+  for (int k = 0; k < 4; k++) c.do_increment(client);
+  c.tick(1);
+  for (NodeId r = 0; r < 4; r++) REQUIRE(c.r(r).last_committed() == 4);
+  for (NodeId r = 0; r < 4; r++) c.crash(r);
+  for (NodeId r : {0u, 1u, 3u}) lose_tail_after_service_checkpoint(c, r, 4, false);
+  lose_tail_after_service_checkpoint(c, 2, 4, true);
+  for (NodeId r = 0; r < 4; r++) c.restart(r);
+  for (NodeId r = 0; r < 4; r++) CHECK(c.service(r).value() == 4);  // the service kept its checkpoint
+  c.run();
+  // New requests commit and execute everywhere: before the service kept the client table with its checkpoint,
+  // replicas 0, 1 and 3 waited forever for a state transfer of checkpoint 4.
+  const Request req = c.increment(client);
+  c.send_all(req);
+  CHECK(c.await(client, req.request_id, 3000).value == 5);
+  REQUIRE(c.tick_until(
+      [&] {
+        for (NodeId r = 0; r < 4; r++) {
+          if (c.r(r).last_executed() < 5) return false;
+        }
+        return true;
+      },
+      3000));
+  for (NodeId r = 0; r < 4; r++) {
+    CHECK(c.service(r).value() == 5);
+    CHECK(c.r(r).stable_checkpoint() == 4);
+    CHECK(c.r(r).stats().state_transfers == 0);  // their own checkpoints, not fetched ones
+  }
+  CHECK(c.r(0).stats().recovered_checkpoints_adopted + c.r(1).stats().recovered_checkpoints_adopted +
+            c.r(3).stats().recovered_checkpoints_adopted == 3);
+  // The client table came back with the checkpoint: a retransmission of a request executed before the crash
+  // gets its cached reply from every replica.
+  c.inbox(client).clear();
+  c.send_all(c.sent.at({client, 4}));
+  c.run();
+  CHECK(c.inbox(client).size() == 4);
+  for (int k = 0; k < 4; k++) c.do_increment(client);
+  require_agreement(c, {0, 1, 2, 3});
+  for (NodeId r = 0; r < 4; r++) CHECK(c.service(r).value() == 9);
+  CHECK(quiet.new_errors() == 0);
+}
+
+TEST_CASE("a replica that crashed after its service checkpoint but before its records were synced rejoins, also "
+          "after a second crash", "[replica][recovery]") {
+  LogQuiet quiet;
+  CounterCluster c(small_options());
+  const NodeId client = c.client_ids[0];
+  for (int k = 0; k < 4; k++) c.do_increment(client);
+  c.tick(1);
+  c.crash(3);
+  lose_tail_after_service_checkpoint(c, 3, 4, false);
+  c.restart(3);
+  CHECK(c.service(3).value() == 4);
+  CHECK(c.r(3).last_executed() < 4);  // it waits for checkpoint 4 to be confirmed (recovered_pending)
+  // Crashing again while it waits: the CheckpointRecord it wrote at the restart must not make the next
+  // recovery stand at 4 without the committed log below it.
+  c.crash(3);
+  c.restart(3);
+  c.run();
+  for (int k = 0; k < 2; k++) c.do_increment(client);
+  REQUIRE(c.tick_until([&] { return c.r(3).last_executed() == 6; }, 3000));
+  CHECK(c.service(3).value() == 6);
+  CHECK(c.r(3).stable_checkpoint() >= 4);
+  require_agreement(c, {0, 1, 2, 3});
+  CHECK(quiet.new_errors() == 0);
+}
