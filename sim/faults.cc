@@ -19,7 +19,7 @@ std::uint32_t Simulation::faulty_now() const {
 void Simulation::faults() {
   restart_due();
   maybe_crash();
-  if (sc_.mode == Mode::kAllCrash && now() == sc_.all_crash_tick) {
+  if (sc_.mode == Mode::kAllCrash && all_crash_due()) {
     ++stats_.all_crashes;
     event("crash every replica at once");
     for (NodeId id = 0; id < sc_.n; ++id) {
@@ -28,6 +28,24 @@ void Simulation::faults() {
   }
   partitions();
   slow_links();
+}
+
+// Mode::kAllCrash: at all_crash_tick, or with all_crash_at_checkpoint at the first tick from then on at which a
+// replica's CheckpointRecord is not durable yet (a power loss right after a service checkpoint).
+bool Simulation::all_crash_due() {
+  if (!sc_.all_crash_at_checkpoint) return now() == sc_.all_crash_tick;
+  if (all_crash_done_ || now() < sc_.all_crash_tick) return false;
+  for (NodeId id = 0; id < sc_.n; ++id) {
+    const ReplicaHost& r = cluster_->host(id);
+    if (!r.up) continue;
+    for (std::size_t i = r.synced; i < r.log.size(); ++i) {
+      if (std::holds_alternative<CheckpointRecord>(r.log[i])) {
+        all_crash_done_ = true;
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 // Restarts first, so that a slot in the fault budget frees up; then armed crashes whose deadline passed.

@@ -71,6 +71,11 @@ bool choose_mode(const std::string& name, bool byzantine_allowed, Prng& p, Scena
     }
     return true;
   }
+  if (name == "all-crash-checkpoint") {
+    s.mode = Mode::kAllCrash;
+    s.all_crash_at_checkpoint = true;
+    return true;
+  }
   static const std::pair<const char*, Mode> kModes[] = {{"calm", Mode::kCalm},
                                                          {"network", Mode::kNetwork},
                                                          {"crash", Mode::kCrash},
@@ -359,7 +364,7 @@ std::string Scenario::describe() const {
   return fmt("mode=%s f=%u n=%u clients=%u%s service=%s byz=[%s] crash=%uppm net=delay%u-%u loss=%uppm "
              "dup=%uppm partition=%uppm slow=%uppm K=%llu L=%llu batch=%u/%u tentative=%d vc_timeout=%u "
              "status=%u digests=%d early=%d piggyback=%d hold=%d quiet=%d/%u%s",
-             to_string(mode), f, n, clients, pipelining_client ? "+pipelining" : "", to_string(service),
+             all_crash_at_checkpoint ? "all-crash-checkpoint" : to_string(mode), f, n, clients, pipelining_client ? "+pipelining" : "", to_string(service),
              byz.c_str(), crash_ppm, net.delay_min_ticks, net.delay_max_ticks, net.loss_ppm, net.duplicate_ppm,
              partition_ppm, slow_ppm, ull(ro.checkpoint_interval), ull(ro.log_window), ro.batch_requests_max,
              ro.batch_window, ro.tentative_execution ? 1 : 0, ro.view_change_timeout_ticks,
@@ -391,8 +396,8 @@ std::string check_config(const SimConfig& config) {
 }
 
 const std::vector<std::string>& scenario_names() {
-  static const std::vector<std::string> names = {"random", "calm",      "network",   "crash",
-                                                  "all-crash", "byzantine", "null", "counter"};
+  static const std::vector<std::string> names = {"random",    "calm",      "network", "crash", "all-crash",
+                                                  "all-crash-checkpoint", "byzantine", "null", "counter"};
   return names;
 }
 

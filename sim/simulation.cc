@@ -73,6 +73,7 @@ void Simulation::setup() {
   co.network = sc_.net;
   co.network_prng = &net_prng_;
   co.fault_prng = &prng_;
+  if (sc_.all_crash_at_checkpoint) async_sync_ = true;  // else every record is durable by the end of its step
   co.async_sync = async_sync_;
   co.first_start_record = true;
   co.wall_clock_from_ticks = true;

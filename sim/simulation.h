@@ -141,6 +141,7 @@ class Simulation final : private ClusterObserver {
   void faults();
   void restart_due();
   void maybe_crash();
+  bool all_crash_due();
   void partitions();
   void slow_links();
   std::uint32_t faulty_now() const;
@@ -205,6 +206,7 @@ class Simulation final : private ClusterObserver {
   // crash in between loses the unsynced records. Its own PRNG, so the other seeds replay exactly as before.
   Prng async_prng_;
   bool async_sync_ = false;
+  bool all_crash_done_ = false;  // Scenario::all_crash_at_checkpoint: it happened
   // Ends a primary's batch hold early, as the runtime's timer does (its own stream: older seeds keep their
   // scenarios). Without it a hold lasts until the core's tick bound.
   Prng hold_prng_;
