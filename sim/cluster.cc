@@ -170,7 +170,7 @@ void Cluster::start_all() {
   for (NodeId id = 0; id < n_; ++id) start(id, false);
 }
 
-void Cluster::crash(NodeId id, const std::string& how) {
+void Cluster::crash(NodeId id, const std::string& how, bool lose_all_unsynced) {
   ReplicaHost& r = host(id);
   BFT_ASSERT(r.up);
   if (observer_ != nullptr) observer_->on_crashing(r);
@@ -187,7 +187,8 @@ void Cluster::crash(NodeId id, const std::string& how) {
   // Records never covered by a sync may be lost, any suffix of them (effects.h: pre-prepare and committed
   // records are appended without a sync, even though the messages they accompany may have left).
   if (options_.fault_prng != nullptr && r.log.size() > r.synced) {
-    const std::size_t keep = r.synced + options_.fault_prng->below(r.log.size() - r.synced + 1);
+    const std::size_t keep =
+        lose_all_unsynced ? r.synced : r.synced + options_.fault_prng->below(r.log.size() - r.synced + 1);
     if (keep < r.log.size()) {
       ++stats_.unsynced_records_lost;
       r.log.resize(keep);

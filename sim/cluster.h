@@ -240,7 +240,9 @@ class Cluster {
   void restart(NodeId id) { start(id, true); }
   // Replica `id` crashes now, between steps (`how` for the observer). With a fault Prng, records appended since
   // the last sync may be lost, any suffix of them.
-  void crash(NodeId id, const std::string& how = "between steps");
+  // With `lose_all_unsynced` it loses every record appended since the last sync (a power loss before any of
+  // them reached the disk) instead of a random suffix of them.
+  void crash(NodeId id, const std::string& how = "between steps", bool lose_all_unsynced = false);
   // Replica `id` crashes at its next persist, after (some of) the records and before its sends (needs a fault
   // Prng); the owner crashes it itself if that has not happened by `deadline`.
   void arm_crash(NodeId id, std::uint64_t deadline);

@@ -23,29 +23,32 @@ void Simulation::faults() {
     ++stats_.all_crashes;
     event("crash every replica at once");
     for (NodeId id = 0; id < sc_.n; ++id) {
-      if (cluster_->host(id).up) cluster_->crash(id, "all at once");
+      if (cluster_->host(id).up) cluster_->crash(id, "all at once", sc_.all_crash_at_checkpoint);
     }
   }
   partitions();
   slow_links();
 }
 
-// Mode::kAllCrash: at all_crash_tick, or with all_crash_at_checkpoint at the first tick from then on at which a
-// replica's CheckpointRecord is not durable yet (a power loss right after a service checkpoint).
+// Mode::kAllCrash: at all_crash_tick, or with all_crash_at_checkpoint at the first tick from then on at which
+// 2f+1 replicas hold a CheckpointRecord that is not durable yet (a power loss right after their service
+// checkpoints: with the log's tail lost, no replica but the other f can claim that checkpoint from its log).
 bool Simulation::all_crash_due() {
   if (!sc_.all_crash_at_checkpoint) return now() == sc_.all_crash_tick;
   if (all_crash_done_ || now() < sc_.all_crash_tick) return false;
+  std::uint32_t unsynced = 0;
   for (NodeId id = 0; id < sc_.n; ++id) {
     const ReplicaHost& r = cluster_->host(id);
     if (!r.up) continue;
     for (std::size_t i = r.synced; i < r.log.size(); ++i) {
       if (std::holds_alternative<CheckpointRecord>(r.log[i])) {
-        all_crash_done_ = true;
-        return true;
+        ++unsynced;
+        break;
       }
     }
   }
-  return false;
+  all_crash_done_ = unsynced >= 2 * sc_.f + 1;
+  return all_crash_done_;
 }
 
 // Restarts first, so that a slot in the fault budget frees up; then armed crashes whose deadline passed.

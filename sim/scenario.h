@@ -47,9 +47,10 @@ struct Scenario {
   std::uint64_t downtime_max = 400;
   std::uint64_t all_crash_tick = 0;  // Mode::kAllCrash
   // Mode::kAllCrash (scenario "all-crash-checkpoint", never drawn at random): every replica crashes at the first
-  // tick from all_crash_tick on at which some replica's CheckpointRecord is not durable yet, i.e. its service
-  // checkpoint is in its store but the log records of that step may be lost (with the runtime's asynchronous
-  // sync, which this scenario forces).
+  // tick from all_crash_tick on at which 2f+1 replicas hold a CheckpointRecord that is not durable yet (their
+  // service checkpoints are in their stores, the log records of that step are not), losing every record not
+  // synced; this needs the runtime's asynchronous sync, which the scenario forces. If that never happens, there
+  // is no all-crash.
   bool all_crash_at_checkpoint = false;
   NetworkOptions net;
   std::uint32_t partition_ppm = 0;
