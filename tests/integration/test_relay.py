@@ -99,6 +99,29 @@ def test_speculative_chain_survives_a_lying_primary(cluster, bftfs_bin, tmp_path
         st = relay_status(bftfs_bin, relay.sock)
         assert "0" not in st["replicas_trusted"].split(","), st
         assert st["in_flight"] == "0"
+        assert int(st["first_mismatches_0"]) >= 2 and st["first_mismatches_1"] == "0", st
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
+def test_a_relay_told_to_always_trust_keeps_using_a_lying_primary(cluster, bftfs_bin, tmp_path):
+    """`--distrust-window 0` turns the 1% rule off (as the paper's fault experiment did, PBFT-CS §6.2): the relay
+    keeps delivering the primary's wrong early replies, every prediction on them fails and is redone, and the
+    result is still every file exactly once. STATUS counts each replica's early replies and wrong ones."""
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync", "--early-replies", "--corrupt-early-replies", "1"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path), "--distrust-window", "0").start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/c")
+        out = fsop(bftfs_bin, relay.sock, "create", "/c/f%d", "--parallel", "20", "--chain").stdout
+        assert "20 of 20 operations succeeded" in out
+        names = fsop(bftfs_bin, relay.sock, "readdir", "/c").stdout.split()
+        assert sorted(n for n in names if n not in (".", "..")) == sorted(f"f{i}" for i in range(20))
+        st = relay_status(bftfs_bin, relay.sock)
+        assert st["replicas_trusted"] == "0,1,2,3", st
+        compared, wrong = int(st["first_compared_0"]), int(st["first_mismatches_0"])
+        assert wrong == compared and wrong > 2, st
+        assert int(st["rollbacks"]) > 2, st
     finally:
         relay.daemon.stop()
     assert not relay.errors(), "\n".join(relay.errors())
