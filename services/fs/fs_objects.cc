@@ -79,7 +79,7 @@ std::uint32_t FsService::Impl::find_entry(std::uint64_t dir, const std::string& 
 }
 
 std::uint32_t FsService::Impl::check_room(const Inode& dir, std::uint64_t leaving) const {
-  BFT_ASSERT(dir.entries >= leaving);
+  require_consistent(dir.entries >= leaving);  // the entries leaving were found in it
   return dir.entries - leaving < opt.dir_positions ? err::kOk : err::kNoSpc;
 }
 

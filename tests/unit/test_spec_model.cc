@@ -106,7 +106,12 @@ struct Speculator {
   Result answer(Replica& from, const Request& req) {
     for (int round = 0; round < kFetchRoundsMax; ++round) {
       const EntryRun run = model.execute(log.open_epoch(), req);
-      REQUIRE_FALSE(run.inconsistent);
+      if (run.inconsistent) {
+        REQUIRE(lie_percent > 0);  // only lies make facts contradict each other
+        ++inconsistent;
+        model.drop_clean();
+        continue;
+      }
       if (run.complete()) return run.result;
       ++fetches;
       if (round >= 2) ++key_fetches;
@@ -115,7 +120,9 @@ struct Speculator {
       const Result fr = from.read_only(Request{{fetch}});
       REQUIRE(fr.outcome == Outcome::kDone);
       REQUIRE(fr.results[0].complete);
-      REQUIRE(model.insert(fr.results[0].facts).invalid == 0);
+      std::vector<Fact> facts = fr.results[0].facts;
+      if (lie_percent > 0) lie(facts);
+      REQUIRE(model.insert(facts).invalid == 0);
     }
     FAIL("the model still misses facts after " << kFetchRoundsMax << " fetches");
     return {};
@@ -140,7 +147,32 @@ struct Speculator {
     model.insert_reserved(r);
   }
 
+  // A lying first reply (docs/SPECULATION.md §12): plausible changes to the facts, each with lie_percent:
+  // a value swapped for another fact's value of the same kind, a fact dropped, an interval claimed empty.
+  void lie(std::vector<Fact>& facts) {
+    std::vector<Fact> told;
+    for (std::size_t i = 0; i < facts.size(); ++i) {
+      Fact f = facts[i];
+      if (prng.chance(lie_percent, 100)) {
+        const Fact& other = facts[prng.below(facts.size())];
+        if (f.kind == FactKind::kValue && other.kind == FactKind::kValue && other.key.kind == f.key.kind) {
+          f.value = other.value;
+        } else if (f.kind == FactKind::kNext) {
+          f.next.reset();
+        } else {
+          continue;  // dropped
+        }
+        ++lies;
+      }
+      told.push_back(std::move(f));
+    }
+    facts = std::move(told);
+  }
+
   Prng prng;
+  std::uint32_t lie_percent = 0;
+  int lies = 0;
+  int inconsistent = 0;
   bftfs::sim::FsWorkload work;
   LocalModel model;
   EpochLog log;
@@ -267,4 +299,32 @@ TEST_CASE("spec a lookup that found nothing fails its epoch once another client 
   CHECK(v.entry_outcome == Outcome::kDone);  // the lookup found it
   CHECK(replica.objects() == before);
   CHECK(replica.run(Request{{lookup(kRoot, "x")}}).results[0].err == err::kNoEnt);
+}
+
+TEST_CASE("spec lies in fetched facts cost at most a failed epoch, never a crash or a wrong effect", "[spec]") {
+  int lies = 0;
+  int failed = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    INFO("seed " << seed);
+    Replica replica;
+    Prng other_prng(seed * 7 + 3);
+    bftfs::sim::FsWorkload other;
+    run_other({&replica}, other, other_prng, 40);
+    Speculator spec(seed + 500, bftfs::spec::kPartBytesMax);
+    spec.lie_percent = 25;
+    spec.reserve({&replica}, 100);
+    for (int i = 0; i < 30; ++i) spec.step({&replica});
+    const std::map<ObjectKey, Bytes> before = replica.objects();
+    const OpResult v = replica.run1(spec.log.seal().request);
+    REQUIRE((v.verdict == EpochVerdict::kApplied || v.verdict == EpochVerdict::kEntry));
+    if (v.verdict == EpochVerdict::kEntry) {
+      CHECK(replica.objects() == before);
+      ++failed;
+    }
+    // Whatever applied is what the replicas' own replay gave: their state is consistent.
+    REQUIRE(replica.svc().check_invariants() == "");
+    lies += spec.lies;
+  }
+  CHECK(lies > 0);
+  CHECK(failed > 0);
 }
