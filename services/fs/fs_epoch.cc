@@ -29,7 +29,7 @@ std::uint32_t FsService::Impl::op_epoch(const Op& op, OpResult& out) {
   for (const Entry& e : op.entries) entries.push_back(&e);
   if (!run_epoch_entries(entries, sid, out)) return err::kOk;  // kEntry: nothing changed
   // Applied. A 65th stream of the client fails the whole op instead (ENOSPC: run_ops undoes the entries).
-  const std::uint32_t e = check_stream_room(sid, exists);
+  const std::uint32_t e = check_stream_room(sid, exists, true);
   if (e != err::kOk) return e;
   rec.last = op.epoch;
   if (rec.staging_epoch <= op.epoch) erase_staged(sid, rec);  // parts of a later epoch are kept for it

@@ -26,7 +26,7 @@ inline constexpr std::uint32_t kStreamsPerClientMax = 64;
 inline constexpr std::uint64_t kPoolInodesMax = 65536;          // reserved and not yet used, per stream
 inline constexpr std::uint64_t kStagedBytesMax = 16u << 20;     // staged parts' bytes, per stream
 // A stream whose last RESERVE, STAGE or applied EPOCH is this many sequence numbers old is erased by the next
-// RESERVE, STAGE or applied EPOCH of the same client (a run that crashed leaks nothing for good).
+// RESERVE or applied EPOCH of the same client (a run that crashed leaks nothing for good).
 inline constexpr std::uint64_t kStreamIdleSeqs = 1ull << 20;
 
 // Fixed for the life of the service; every replica must use the same options (as with ShimOptions).

@@ -240,11 +240,12 @@ struct FsService::Impl {
   bool load_stream(const StreamId& sid, StreamRec& out) const;
   void save_stream(const StreamId& sid, const StreamRec& rec);
   std::uint64_t load_pool_head(const StreamId& sid) const;
-  // Erases the client's streams other than `keep` that have been idle kStreamIdleSeqs; returns how many of its
-  // other streams remain.
-  std::uint32_t expire_streams(const StreamId& keep);
-  // ENOSPC if a stream `sid` that does not exist yet would be the client's (kStreamsPerClientMax + 1)th.
-  std::uint32_t check_stream_room(const StreamId& sid, bool exists);
+  // The client's streams other than `keep`; with `expire`, those idle kStreamIdleSeqs are erased first and not
+  // counted.
+  std::uint32_t other_streams(const StreamId& keep, bool expire);
+  // ENOSPC if a stream `sid` that does not exist yet would be the client's (kStreamsPerClientMax + 1)th; with
+  // `expire`, idle streams are erased first.
+  std::uint32_t check_stream_room(const StreamId& sid, bool exists, bool expire);
   // Returns the pool's inode numbers to the free list as they were and erases every object of the stream.
   void erase_stream(const StreamId& sid, const StreamRec& rec);
   // Erases every staged part of the stream (its record's counters are reset by the caller's copy).

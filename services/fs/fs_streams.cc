@@ -30,7 +30,7 @@ std::uint64_t FsService::Impl::load_pool_head(const StreamId& sid) const {
   return head;
 }
 
-std::uint32_t FsService::Impl::expire_streams(const StreamId& keep) {
+std::uint32_t FsService::Impl::other_streams(const StreamId& keep, bool expire) {
   const ObjectKey first = first_stream_key(keep.client);
   std::uint32_t live = 0;
   // At most kStreamsPerClientMax streams exist per client: no stream is created beyond that.
@@ -40,7 +40,7 @@ std::uint32_t FsService::Impl::expire_streams(const StreamId& keep) {
     if (sid == keep) continue;
     StreamRec rec;
     load_stream(sid, rec);
-    if (rec.last_seq + kStreamIdleSeqs < cur_seq) {
+    if (expire && rec.last_seq + kStreamIdleSeqs < cur_seq) {
       erase_stream(sid, rec);
     } else {
       ++live;
@@ -49,8 +49,8 @@ std::uint32_t FsService::Impl::expire_streams(const StreamId& keep) {
   return live;
 }
 
-std::uint32_t FsService::Impl::check_stream_room(const StreamId& sid, bool exists) {
-  const std::uint32_t others = expire_streams(sid);
+std::uint32_t FsService::Impl::check_stream_room(const StreamId& sid, bool exists, bool expire) {
+  const std::uint32_t others = other_streams(sid, expire);
   if (!exists && others >= kStreamsPerClientMax) return err::kNoSpc;
   return err::kOk;
 }
@@ -81,7 +81,7 @@ std::uint32_t FsService::Impl::op_reserve(const Op& op, OpResult& out) {
   const StreamId sid{cur_client, op.stream};
   StreamRec rec;
   const bool exists = load_stream(sid, rec);
-  std::uint32_t e = check_stream_room(sid, exists);
+  std::uint32_t e = check_stream_room(sid, exists, true);
   if (e != err::kOk) return e;
   const std::uint64_t head = load_pool_head(sid);
   require_consistent(head <= rec.pool_tail);
@@ -108,7 +108,8 @@ std::uint32_t FsService::Impl::op_stage(const Op& op, OpResult& out) {
   StreamRec rec;
   const bool exists = load_stream(sid, rec);
   if (op.epoch <= rec.last || op.epoch < rec.staging_epoch) return err::kStale;  // stale or resubmitted
-  const std::uint32_t e = check_stream_room(sid, exists);
+  // No idle stream is erased here: STAGE changes stream objects only (docs/SPECULATION.md I2).
+  const std::uint32_t e = check_stream_room(sid, exists, false);
   if (e != err::kOk) return e;
   if (op.epoch > rec.staging_epoch) {
     erase_staged(sid, rec);  // an earlier epoch's parts: it applied or failed, they are garbage

@@ -309,6 +309,8 @@ TEST_CASE("fs stream close returns unused numbers as they were; streams are limi
   CHECK(errno_of(h, reserve_op(100, 1)) == err::kOk);  // an existing stream is not a new one
   // Idle streams go at the client's next RESERVE, STAGE or applied EPOCH, which then has room.
   h.seq += kStreamIdleSeqs + 10;
+  // STAGE erases none (it changes stream objects only): idle streams still count against a new one.
+  CHECK(errno_of(h, stage_op(1000, 1, 0, {create_entry(1, "x")})) == err::kNoSpc);
   done1(h, reserve_op(100, 1));  // keeps stream 100 (named), erases the other idle ones
   CHECK(errno_of(h, reserve_op(1000, 1)) == err::kOk);
   // In use: the root, "used", "p1", "p2"; reserved: stream 100's three and stream 1000's one.
