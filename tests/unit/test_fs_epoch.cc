@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "common/crypto.h"
+#include "storage/disk_object_store.h"
 #include "test_fs_speculation_util.h"
+#include "test_runtime_util.h"
 
 using namespace fstest;
 
@@ -346,4 +348,39 @@ TEST_CASE("fs streams survive checkpoints, state transfer and restarts", "[fs][e
   CHECK(again.last_before == 2);
   CHECK(done1(c, epoch_op(kStream, 3, 2, {create_entry(4, "third")})).verdict == EpochVerdict::kApplied);
   CHECK(c.ok(lookup(kRoot, "third")).attr.ino == 5);  // the pool's fourth number: 2, 3, 4 went before
+}
+
+TEST_CASE("fs the speculation ops give the memory store's results and digests over the disk store", "[fs][epoch]") {
+  bftfs::testing::TempDir dir;
+  bftfs::DiskStoreOptions d;
+  d.partitions = small_options().partitions;
+  std::unique_ptr<bftfs::DiskObjectStore> store;
+  REQUIRE(bftfs::DiskObjectStore::open(dir.path, d, store).empty());
+  Harness mem;
+  Harness disk(std::move(store), small_options());
+  const Handle dd = mem.make_dir(kRoot, "d");
+  disk.make_dir(kRoot, "d");
+  const std::vector<Entry> part = {entry_of(entry_request(3, {create(dd, "p"), write(Handle::result_of(1), 0,
+                                                                                  Bytes(100000, 7))}))};
+  const Digest digest = parts_digest(std::vector<Bytes>{encode_entries(part)});
+  const std::vector<Request> requests = {
+      Request{{reserve_op(kStream, 8)}},
+      Request{{epoch_op(kStream, 1, 0, {create_entry(1, "a"), absent_entry(2, "b")})}},
+      Request{{stage_op(kStream, 2, 0, part)}},
+      Request{{epoch_op(kStream, 2, 1, {create_entry(4, "c")}, 1, digest)}},
+      Request{{fetch_trace(kStream, entry_request(5, {remove(kRoot, "a"), readdir(kRoot, 0, 10), create(dd, "q")}))}},
+      Request{{stream_close_op(kStream)}},
+  };
+  for (const Request& r : requests) {
+    mem.run(r.ops);
+    disk.run(r.ops);
+    REQUIRE(mem.last_bytes == disk.last_bytes);
+    Bytes ro_mem;
+    Bytes ro_disk;
+    const Request trace{{fetch_trace(kStream, entry_request(6, {readdir(dd, 0, 10), create(kRoot, "t")}))}};
+    REQUIRE(mem.svc.execute_read_only(7, encode_request(trace), ro_mem));
+    REQUIRE(disk.svc.execute_read_only(7, encode_request(trace), ro_disk));
+    REQUIRE(ro_mem == ro_disk);
+    REQUIRE(mem.digest_at_checkpoint() == disk.digest_at_checkpoint());
+  }
 }
