@@ -139,7 +139,8 @@ const char* op_key(std::uint8_t code) {
   static constexpr const char* kNames[fs::kOpCodeMax + 1] = {
       "ops_unknown", "ops_lookup", "ops_getattr", "ops_setattr", "ops_read",     "ops_write",    "ops_create",
       "ops_remove",  "ops_mkdir",  "ops_rmdir",   "ops_rename",  "ops_link",     "ops_symlink",  "ops_readlink",
-      "ops_readdir", "ops_statfs", "ops_fsync",   "ops_readdirplus", "ops_mknod", "ops_access"};
+      "ops_readdir", "ops_statfs", "ops_fsync",   "ops_readdirplus", "ops_mknod", "ops_access",
+      "ops_time",    "ops_fetch",  "ops_reserve", "ops_stage",   "ops_epoch",    "ops_stream_close"};
   BFT_ASSERT(code <= fs::kOpCodeMax);
   return kNames[code];
 }
@@ -657,6 +658,10 @@ struct RelayDaemon::Impl {
     if (!options.norep) {
       out << "reads_ordered " << spec_client->stats().reads_ordered << "\n"
           << "read_only_fallbacks " << spec_client->client_stats().read_only_fallbacks << "\n";
+      for (NodeId r = 0; r < config.n; ++r) {
+        out << "first_compared_" << r << " " << spec_client->first_compared(r) << "\n"
+            << "first_mismatches_" << r << " " << spec_client->first_mismatched(r) << "\n";
+      }
     }
     return out.str();
   }
@@ -730,6 +735,8 @@ struct RelayDaemon::Impl {
     spec_options.client.first_request_id = fresh_first_request_id();
     spec_options.client.window = options.window;
     spec_options.speculate = options.speculate;
+    spec_options.failure_permille_max = options.distrust_above_permille;
+    spec_options.failure_window = options.distrust_window;
     return SpecClientRuntime::create(base.get(), options.config_path, options.id, spec_options, spec_client,
                                      options.wan);
   }
