@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.criu
 
