@@ -11,8 +11,8 @@ namespace bftfs::samples {
 
 inline std::vector<spec::SupervisorMsg> control_supervisor_msgs() {
   return {spec::Hello{},
-          spec::Attach{0x1234, true},
-          spec::Attach{~0ull, false},
+          spec::Attach{0x1234, true, 512},
+          spec::Attach{~0ull, false, 1},
           spec::Prepare{0, spec::Next::kSpeculative, 1000},
           spec::Prepare{7, spec::Next::kNotSpeculative, ~0u},
           spec::Seal{3, spec::Next::kSpeculative, 118, 96, 71 * 1024},

@@ -29,6 +29,7 @@ std::string_view to_string(ControlWireError e) {
     case ControlWireError::kReasonMismatch: return "reason-mismatch";
     case ControlWireError::kCostsWithoutDump: return "costs-without-dump";
     case ControlWireError::kBadSignal: return "bad-signal";
+    case ControlWireError::kBadModelSize: return "bad-model-size";
   }
   return "unknown";
 }
@@ -138,7 +139,10 @@ E decode_hello(ByteReader& r, Hello& m) {
 E decode_attach(ByteReader& r, Attach& m) {
   if (!r.u64(m.pidns_ino)) return E::kTruncated;
   if (m.pidns_ino == 0) return E::kBadPidns;
-  return get_bool(r, m.speculate_allowed);
+  CONTROL_TRY(get_bool(r, m.speculate_allowed));
+  if (!r.u32(m.model_mb)) return E::kTruncated;
+  if (m.model_mb == 0) return E::kBadModelSize;
+  return E::kOk;
 }
 
 E decode_prepare(ByteReader& r, Prepare& m) {
@@ -318,8 +322,10 @@ Bytes encode_control_frame(const SupervisorMsg& m) {
                  },
                  [&](const Attach& v) {
                    BFT_ASSERT(v.pidns_ino != 0);
+                   BFT_ASSERT(v.model_mb != 0);
                    w.u64(v.pidns_ino);
                    w.u8(v.speculate_allowed ? 1 : 0);
+                   w.u32(v.model_mb);
                  },
                  [&](const Prepare& v) {
                    w.u64(v.epoch);

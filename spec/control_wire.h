@@ -104,6 +104,7 @@ enum class ControlWireError : std::uint8_t {
   kReasonMismatch,    // PREPARED: a reason with ok = 1, or none with ok = 0; FATAL without a reason
   kCostsWithoutDump,  // SEAL with next = 1 (no dump) but nonzero dump costs
   kBadSignal,         // FINISH how = signal with a value outside 1..64
+  kBadModelSize,      // ATTACH model_mb of 0
 };
 std::string_view to_string(ControlWireError e);
 
@@ -117,6 +118,7 @@ struct Hello {
 struct Attach {
   std::uint64_t pidns_ino = 0;
   bool speculate_allowed = true;  // false under --no-speculate: the daemon never expects a PREPARE
+  std::uint32_t model_mb = 512;   // --model-mb: the memory the local model may use (>= 1)
   friend bool operator==(const Attach&, const Attach&) = default;
 };
 // A dump is about to start; it will close stretch `epoch` (0 is the first, non-speculative one).

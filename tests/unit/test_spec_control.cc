@@ -159,8 +159,9 @@ TEST_CASE("each malformed control field is rejected with its own reason", "[spec
     CHECK(dmn(Body(ControlType::kHelloOk).u16(2).u32(1).str("").str("/").u64(1)) == E::kBadVersion);
   }
   SECTION("flags that are 0 or 1") {
-    CHECK(sup(Body(ControlType::kAttach).u64(5).u8(1)) == E::kOk);
-    CHECK(sup(Body(ControlType::kAttach).u64(5).u8(2)) == E::kBadBool);
+    CHECK(sup(Body(ControlType::kAttach).u64(5).u8(1).u32(512)) == E::kOk);
+    CHECK(sup(Body(ControlType::kAttach).u64(5).u8(2).u32(512)) == E::kBadBool);
+    CHECK(sup(Body(ControlType::kAttach).u64(5).u8(0).u32(0)) == E::kBadModelSize);
     CHECK(dmn(Body(ControlType::kPrepared).u8(2).str("")) == E::kBadBool);
     CHECK(sup(Body(ControlType::kPrepare).u64(1).u8(2).u32(0)) == E::kBadNext);
     CHECK(sup(Body(ControlType::kSeal).u64(1).u8(0xFF).u32(0).u32(0).u32(0)) == E::kBadNext);
@@ -168,7 +169,7 @@ TEST_CASE("each malformed control field is rejected with its own reason", "[spec
     CHECK(sup(Body(ControlType::kFinish).u8(2).u32(0)) == E::kBadHow);
   }
   SECTION("pid namespaces and epochs") {
-    CHECK(sup(Body(ControlType::kAttach).u64(0).u8(1)) == E::kBadPidns);
+    CHECK(sup(Body(ControlType::kAttach).u64(0).u8(1).u32(512)) == E::kBadPidns);
     CHECK(sup(Body(ControlType::kRestored).u64(0).u8(0).u32(0)) == E::kBadPidns);
     CHECK(sup(Body(ControlType::kRollback).u64(0)) == E::kBadEpoch);
     CHECK(dmn(Body(ControlType::kCommitted).u64(0)) == E::kBadEpoch);
