@@ -141,6 +141,34 @@ TEST_CASE("epoch log: a rollback drops the target's output and every later epoch
   REQUIRE(log.find(5) == nullptr);
 }
 
+TEST_CASE("epoch log: commits through an epoch; a re-run renumbers the failed epoch's checkpoint or drops it",
+          "[criu_hooks]") {
+  EpochLog log;
+  log.begin(record(1));
+  log.append_output(Stream::kStdout, "one ");
+  log.begin(record(2));
+  log.append_output(Stream::kStdout, "two ");
+  log.begin(record(3, 7));
+  log.append_output(Stream::kStdout, "three ");
+  const std::vector<EpochRecord> done = log.commit_through(2);
+  REQUIRE(done.size() == 2);
+  REQUIRE(done[0].id == 1);
+  REQUIRE(text_of(done[1].output, Stream::kStdout) == "two ");
+  REQUIRE(log.ids() == std::vector<EpochId>{3});
+  REQUIRE(log.commit_through(2).empty());  // nothing at or below 2 is left
+  // Epoch 3 fails: its output goes, and its checkpoint carries on as the re-run epoch 9.
+  std::size_t dropped = 0;
+  REQUIRE(log.rollback_to(3, dropped).empty());
+  REQUIRE(dropped == 6);
+  log.renumber_newest(9);
+  REQUIRE(log.ids() == std::vector<EpochId>{9});
+  REQUIRE(log.newest().stdin_consumed == 7);
+  // A re-run without speculation needs no checkpoint: the record goes, and output passes straight out.
+  const EpochRecord gone = log.discard_newest();
+  REQUIRE(gone.id == 9);
+  REQUIRE(log.empty());
+}
+
 TEST_CASE("input log: a rollback rewinds to the consumed offset and the bytes are written again", "[criu_hooks]") {
   InputLog in;
   in.append("line1\nline2\n");
