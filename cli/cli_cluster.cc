@@ -49,6 +49,7 @@ struct ClusterStartArgs {
   bool no_relay = false;
   std::optional<NodeId> relay_id;  // default: the configuration's last client
   bool relay_no_speculate = false;
+  DistrustArgs relay_distrust;  // the relay's 1% rule
   WanArgs wan;
 
   bool relay() const { return service == "fs" && !no_relay; }
@@ -215,6 +216,7 @@ std::vector<std::string> relay_arguments(const ClusterStartArgs& a, NodeId relay
                                    relay_status_path(a.dir), "--log-level", a.log_level};
   if (a.norep) args.push_back("--norep");
   if (a.relay_no_speculate) args.push_back("--no-speculate");
+  for (auto& d : distrust_arguments(a.relay_distrust)) args.push_back(std::move(d));
   for (auto& w : wan_arguments(a.wan)) args.push_back(std::move(w));
   return args;
 }
@@ -403,6 +405,7 @@ void add_cluster_start(CLI::App& cluster, Commands& out) {
   app->add_option("--relay-id", a->relay_id, "the relay's client id (default: the configuration's last client)")
       ->type_name("ID")->transform(decimal(0, 0xFFFFFFFEu));
   app->add_flag("--relay-no-speculate", a->relay_no_speculate, "the relay never delivers first replies");
+  add_distrust_options(*app, a->relay_distrust);  // passed on to the relay
   add_wan_options(*app, a->wan);  // passed on to every process
   out.push_back({app, [a] { return run_cluster_start(*a); }});
 }

@@ -225,6 +225,22 @@ void add_wan_options(CLI::App& app, WanArgs& out) {
       });
 }
 
+void add_distrust_options(CLI::App& app, DistrustArgs& out) {
+  app.add_option("--distrust-above", out.above_permille,
+                 "stop using a replica's early replies while more than PERMILLE/1000 of its last --distrust-window "
+                 "ones were wrong (PBFT-CS's 1% rule is 10)")
+      ->type_name("PERMILLE")
+      ->transform(decimal(0, 1000));
+  app.add_option("--distrust-window", out.window,
+                 "the early replies per replica the rule looks at; 0 = always trust the primary")
+      ->type_name("N")
+      ->transform(decimal(0, 100000));
+}
+
+std::vector<std::string> distrust_arguments(const DistrustArgs& args) {
+  return {"--distrust-above", std::to_string(args.above_permille), "--distrust-window", std::to_string(args.window)};
+}
+
 WanSpec wan_spec(const WanArgs& args) {
   WanSpec spec;
   const std::string delay_error = parse_wan_delay_ms(args.delay_ms, spec.delay_ms);

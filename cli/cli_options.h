@@ -76,4 +76,13 @@ WanSpec wan_spec(const WanArgs& args);
 // The options as given, for a child process that must run with the same spec (cluster start).
 std::vector<std::string> wan_arguments(const WanArgs& args);
 
+// The relay's 1% rule (PBFT-CS §3.4; relay/relay_daemon.h): --distrust-above PERMILLE and --distrust-window N,
+// on `bftfs relay` and passed on by `cluster start`.
+struct DistrustArgs {
+  std::uint32_t above_permille = 10;
+  std::uint32_t window = 100;
+};
+void add_distrust_options(CLI::App& app, DistrustArgs& out);
+std::vector<std::string> distrust_arguments(const DistrustArgs& args);
+
 }  // namespace bftfs::cli

@@ -18,6 +18,7 @@ struct RelayArgs {
   bool norep = false;
   std::string norep_server;  // empty: replica 0's address
   bool no_speculate = false;
+  DistrustArgs distrust;
   std::uint32_t window = 64;
   std::uint64_t mount_output_max_bytes = 64u << 20;
   std::uint64_t mount_in_flight_max = 1024;
@@ -39,6 +40,8 @@ int run_relay(const RelayArgs& a) {
     BFT_ASSERT(err.empty());  // checked by the option's validator
   }
   o.speculate = !a.no_speculate;
+  o.distrust_above_permille = a.distrust.above_permille;
+  o.distrust_window = a.distrust.window;
   o.window = a.window;
   o.conn_output_bytes_max = a.mount_output_max_bytes;
   o.conn_in_flight_max = a.mount_in_flight_max;
@@ -76,6 +79,7 @@ void add_relay(CLI::App& root, Commands& out) {
   app->add_option("--norep-server", a->norep_server, "the NO-REP server's address (default: replica 0's address)")
       ->type_name("HOST:PORT")->check(host_port())->needs(norep);
   app->add_flag("--no-speculate", a->no_speculate, "never deliver first replies (mounts asking for FIRST get only FINAL)");
+  add_distrust_options(*app, a->distrust);
   app->add_option("--window", a->window, "requests on the wire at once (<= the replicas' client window)")
       ->type_name("N")->transform(decimal(1, 1024));
   app->add_option("--mount-output-max-bytes", a->mount_output_max_bytes,

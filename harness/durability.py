@@ -466,6 +466,17 @@ def _kill_moment(writer: Writer, seed: int) -> None:
         pass
 
 
+def _await_kill_moment(writer: Writer, kill_after_records: int, seed: int, timeout_s: float) -> None:
+    """Returns at the moment to kill: once `writer` has logged `kill_after_records` durable operations, plus
+    the seeded delay of _kill_moment. A writer that exits before is a failure (AssertionError)."""
+    _poll(lambda: writer.logged().records >= kill_after_records or writer.proc.poll() is not None, timeout_s,
+          f"writer to log {kill_after_records} durable operations")
+    if writer.proc.poll() is not None:
+        raise AssertionError(f"writer exited early ({writer.proc.returncode}): {writer.logged().error} "
+                             f"{writer.stderr()[-2000:]}")
+    _kill_moment(writer, seed)
+
+
 def run_round(index: int, mnt_dir: Path, work: Path, seed: int, kill_after_records: int,
               kill_replicas: Callable[[], None], restart_replicas: Callable[[], None],
               while_down: Callable[[Writer], None] | None = None, records_after_restart: int = 10,
@@ -481,12 +492,7 @@ def run_round(index: int, mnt_dir: Path, work: Path, seed: int, kill_after_recor
     stop = work / f"round{index}.stop"
     writer = Writer(mnt_dir / f"round{index}", log, stop, seed)
     try:
-        _poll(lambda: writer.logged().records >= kill_after_records or writer.proc.poll() is not None, timeout_s,
-              f"writer to log {kill_after_records} durable operations")
-        if writer.proc.poll() is not None:
-            raise AssertionError(f"writer exited early ({writer.proc.returncode}): {writer.logged().error} "
-                                 f"{writer.stderr()[-2000:]}")
-        _kill_moment(writer, seed)
+        _await_kill_moment(writer, kill_after_records, seed, timeout_s)
         t_kill = time.monotonic()
         kill_replicas()
         at_kill = writer.logged()
@@ -537,12 +543,7 @@ def run_total_crash_round(index: int, mnt_dir: Path, work: Path, seed: int, kill
     log = work / f"round{index}.log"
     writer = Writer(mnt_dir / f"round{index}", log, work / f"round{index}.stop", seed)
     try:
-        _poll(lambda: writer.logged().records >= kill_after_records or writer.proc.poll() is not None, timeout_s,
-              f"writer to log {kill_after_records} durable operations")
-        if writer.proc.poll() is not None:
-            raise AssertionError(f"writer exited early ({writer.proc.returncode}): {writer.logged().error} "
-                                 f"{writer.stderr()[-2000:]}")
-        _kill_moment(writer, seed)
+        _await_kill_moment(writer, kill_after_records, seed, timeout_s)
         t_kill = time.monotonic()
         kill_everything()
         writer.kill()

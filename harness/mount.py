@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from harness.daemon import Daemon
 from harness.waiting import wait_until
@@ -148,3 +150,26 @@ class Mount(Daemon):
             self.proc = None
             self.fuse_conn = None
             self._forget()
+
+
+@contextlib.contextmanager
+def relay_mounts(bftfs: Path, relay_sock: Path, log_dir: Path, names: Sequence[str] = ("a", "b"),
+                 counters: bool = False, extra_args: Sequence[object] = ()) -> Iterator[list[Mount]]:
+    """Mounts of the relay on `relay_sock`, one per name, under a fresh short directory in /tmp (FUSE mount
+    points and their sockets must stay short), with logs `log_dir`/NAME.log (and client counters in
+    NAME.status.json when `counters`). On exit every mount is stopped and the directory removed; then each
+    mount must have exited 0 and logged no ERROR line (AssertionError otherwise, with its log)."""
+    top = Path(tempfile.mkdtemp(prefix="bftfs-mnt-"))
+    mounts = [Mount(bftfs, top / name, Path(log_dir) / f"{name}.log", ["--relay", str(relay_sock)], extra_args,
+                    counters_file=Path(log_dir) / f"{name}.status.json" if counters else None)
+              for name in names]
+    try:
+        for m in mounts:
+            m.start()
+        yield mounts
+    finally:
+        codes = [m.stop() for m in mounts]
+        shutil.rmtree(top, ignore_errors=True)
+    assert codes == [0] * len(mounts), "\n".join(m.log_text() for m in mounts)
+    for m in mounts:
+        assert not m.error_lines(), m.log_text()

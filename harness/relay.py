@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -40,18 +41,40 @@ class Relay:
         return self.daemon.error_lines()
 
 
-def _frame(body: bytes) -> bytes:
+# The relay's socket protocol (docs/RELAY.md): a frame is u32 length || body, the body's first byte its type.
+FRAME_BODY_MAX = 2 * 1024 * 1024 + 64
+HELLO_BODY = b"\x01" + struct.pack("<H", 1)  # HELLO, protocol version 1
+STATUS_BODY = b"\x04"
+
+
+def frame(body: bytes) -> bytes:
+    """`body` as one frame on the relay's socket."""
     return struct.pack("<I", len(body)) + body
 
 
-def _read_exactly(conn: socket.socket, n: int, sock: Path) -> bytes:
+def submit_frame(tag: int, request: bytes, flags: int = 0, deps: tuple[int, ...] = ()) -> bytes:
+    """A SUBMIT frame: the mount's `tag`, `flags` (bit 1: report the first reply), the tags it depends on and
+    the encoded fs request."""
+    return frame(b"\x02" + struct.pack("<QBH", tag, flags, len(deps)) + b"".join(struct.pack("<Q", d) for d in deps)
+                 + struct.pack("<I", len(request)) + request)
+
+
+def _read_exactly(conn: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:
         chunk = conn.recv(n - len(data))
         if not chunk:
-            raise HarnessError(f"the relay on {sock} closed the status connection")
+            raise EOFError(f"the peer closed the connection ({len(data)} of {n} bytes read)")
         data += chunk
     return data
+
+
+def read_frame(conn: socket.socket) -> bytes:
+    """The next frame's body from `conn`; EOFError when the peer closes first. A length outside 1 ..
+    FRAME_BODY_MAX is a protocol error of the peer (AssertionError)."""
+    (n,) = struct.unpack("<I", _read_exactly(conn, 4))
+    assert 1 <= n <= FRAME_BODY_MAX, f"frame length {n}"
+    return _read_exactly(conn, n)
 
 
 def relay_counters(sock: Path, timeout_s: float = 10.0) -> dict[str, int]:
@@ -61,10 +84,12 @@ def relay_counters(sock: Path, timeout_s: float = 10.0) -> dict[str, int]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout_s)
         conn.connect(str(sock))
-        conn.sendall(_frame(b"\x01" + struct.pack("<H", 1)) + _frame(b"\x04"))
+        conn.sendall(frame(HELLO_BODY) + frame(STATUS_BODY))
         while True:
-            (n,) = struct.unpack("<I", _read_exactly(conn, 4, sock))
-            body = _read_exactly(conn, n, sock)
+            try:
+                body = read_frame(conn)
+            except EOFError as e:
+                raise HarnessError(f"the relay on {sock} closed the status connection: {e}") from e
             if body[:1] == b"\x84":  # STATUS_REPLY: u32 len || text
                 (n,) = struct.unpack("<I", body[1:5])
                 text = body[5:5 + n].decode()
@@ -75,3 +100,14 @@ def relay_counters(sock: Path, timeout_s: float = 10.0) -> dict[str, int]:
         if value.isdigit():
             out[key] = int(value)
     return out
+
+
+def fsop(bftfs: Path, sock: Path, *args: str, check: bool = True,
+         timeout_s: float = 60) -> subprocess.CompletedProcess:
+    """Runs `bftfs fsop --socket sock ARGS` (one file operation through the relay) and returns it; with `check`,
+    a non-zero exit fails the caller with the command's output."""
+    argv = [str(bftfs), "fsop", "--socket", str(sock), *map(str, args)]
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
+    if check:
+        assert done.returncode == 0, f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done

@@ -657,6 +657,10 @@ struct RelayDaemon::Impl {
     if (!options.norep) {
       out << "reads_ordered " << spec_client->stats().reads_ordered << "\n"
           << "read_only_fallbacks " << spec_client->client_stats().read_only_fallbacks << "\n";
+      for (NodeId r = 0; r < config.n; ++r) {
+        out << "first_compared_" << r << " " << spec_client->first_compared(r) << "\n"
+            << "first_mismatches_" << r << " " << spec_client->first_mismatched(r) << "\n";
+      }
     }
     return out.str();
   }
@@ -730,6 +734,8 @@ struct RelayDaemon::Impl {
     spec_options.client.first_request_id = fresh_first_request_id();
     spec_options.client.window = options.window;
     spec_options.speculate = options.speculate;
+    spec_options.failure_permille_max = options.distrust_above_permille;
+    spec_options.failure_window = options.distrust_window;
     return SpecClientRuntime::create(base.get(), options.config_path, options.id, spec_options, spec_client,
                                      options.wan);
   }

@@ -38,6 +38,11 @@ struct RelayOptions {
   bool norep = false;                // talk to the NO-REP server instead of PBFT replicas
   ReplicaAddress norep_server;       // NO-REP: empty host = replica 0's configured address
   bool speculate = true;             // let the client library deliver first replies (FIRST frames)
+  // The 1% rule (PBFT-CS §3.4): a replica's first replies are not delivered while more than
+  // distrust_above_permille of its last distrust_window ones differed from the consensus (window 0: always
+  // trust the primary, as the paper's fault experiment did, §6.2).
+  std::uint32_t distrust_above_permille = 10;
+  std::uint32_t distrust_window = 100;
   std::uint32_t window = 64;         // requests the PBFT client keeps on the wire (<= replicas' client window)
   std::size_t connections_max = 256;
   std::size_t conn_in_flight_max = 1024;                  // past this a mount is not read until some complete

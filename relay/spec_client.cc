@@ -39,7 +39,9 @@ struct SpecClient::Impl {
       : options(spec_options),
         core(spec_options.client, self, crypto, seed),
         outcomes(spec_options.client.n),
-        failures(spec_options.client.n, 0) {}
+        failures(spec_options.client.n, 0),
+        compared_total(spec_options.client.n, 0),
+        mismatched_total(spec_options.client.n, 0) {}
 
   // What the library keeps of an operation once the caller took its final event: enough to judge a later
   // dependency on it (spec_client.h, "Predicates").
@@ -63,6 +65,7 @@ struct SpecClient::Impl {
   // §3.4: per replica, whether each of its last `failure_window` first replies matched the consensus.
   std::vector<std::deque<bool>> outcomes;
   std::vector<std::uint32_t> failures;
+  std::vector<std::uint64_t> compared_total, mismatched_total;  // since the start, for STATUS
 
   // §3.4: "more than 1% of its last n early replies": the rate is taken over n even before n replies were
   // seen, so one early failure does not stop speculation (with n = 100 it takes two failures in a row of 100).
@@ -72,7 +75,10 @@ struct SpecClient::Impl {
   }
 
   void record_outcome(NodeId r, bool matched) {
-    if (r >= outcomes.size() || options.failure_window == 0) return;
+    if (r >= outcomes.size()) return;
+    compared_total[r]++;
+    if (!matched) mismatched_total[r]++;
+    if (options.failure_window == 0) return;
     std::deque<bool>& history = outcomes[r];
     history.push_back(matched);
     if (!matched) failures[r]++;
@@ -293,6 +299,12 @@ void SpecClient::on_tick() {
 Effects SpecClient::take_effects() { return impl_->core.take_effects(); }
 std::vector<SpecEvent> SpecClient::take_events() { return impl_->take_events(); }
 bool SpecClient::trusts(NodeId replica) const { return impl_->trusts(replica); }
+std::uint64_t SpecClient::first_compared(NodeId replica) const {
+  return replica < impl_->compared_total.size() ? impl_->compared_total[replica] : 0;
+}
+std::uint64_t SpecClient::first_mismatched(NodeId replica) const {
+  return replica < impl_->mismatched_total.size() ? impl_->mismatched_total[replica] : 0;
+}
 std::size_t SpecClient::in_flight() const { return impl_->in_flight; }
 const SpecClientStats& SpecClient::stats() const { return impl_->stats; }
 const ClientStats& SpecClient::client_stats() const { return impl_->core.stats(); }

@@ -61,8 +61,8 @@ namespace bftfs {
 struct SpecClientOptions {
   ClientOptions client;
   bool speculate = true;                   // deliver first replies at all (false: a plain PBFT client over the shim)
-  std::uint32_t failure_window = 100;      // n of §3.4: the last n first replies of each replica (0: never
-                                           // stop speculating, for measuring what failures cost)
+  std::uint32_t failure_window = 100;      // n of §3.4: the last n first replies of each replica (0: always
+                                           // trust, as the paper's fault experiment did, §6.2)
   std::uint32_t failure_permille_max = 10; // 1%: above this failure rate a replica's first replies are not used
   // Operations whose final event was taken that a later dependency may still name (about 100 bytes each):
   // the library compares such a dependency's prediction with the consensus it remembers (see Predicates).
@@ -119,6 +119,10 @@ class SpecClient {
   std::vector<SpecEvent> take_events();
 
   bool trusts(NodeId replica) const;  // would a first reply from `replica` be delivered now (§3.4)?
+  // First replies from `replica` (delivered or not) compared with their consensus so far, and how many of them
+  // differed: what the 1% rule judges, for STATUS. 0 for a replica outside the configuration.
+  std::uint64_t first_compared(NodeId replica) const;
+  std::uint64_t first_mismatched(NodeId replica) const;
   std::size_t in_flight() const;      // submitted, final event not yet produced
   const SpecClientStats& stats() const;
   const ClientStats& client_stats() const;

@@ -38,6 +38,8 @@ class SpecClientRuntime {
   const SpecClientStats& stats() const { return core_->stats(); }
   const ClientStats& client_stats() const { return core_->client_stats(); }
   bool trusts(NodeId replica) const { return core_->trusts(replica); }
+  std::uint64_t first_compared(NodeId replica) const { return core_->first_compared(replica); }
+  std::uint64_t first_mismatched(NodeId replica) const { return core_->first_mismatched(replica); }
 
  private:
   SpecClientRuntime() = default;

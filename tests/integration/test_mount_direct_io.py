@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from harness.mount import Mount
+from harness.mount import relay_mounts as mounts_of
 from harness.relay import Relay, short_dir
 from harness.waiting import wait_until
 
@@ -239,20 +240,11 @@ def test_an_o_direct_descriptor_refuses_shared_mappings(local_mount):
 def relay_mounts(cluster, bftfs_bin, tmp_path):
     c = cluster(service="fs", replica_args=["--shim", "--no-fsync"])
     relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
-    top = Path(tempfile.mkdtemp(prefix="bftfs-mnt-"))
-    mounts = [Mount(bftfs_bin, top / name, tmp_path / f"{name}.log", ["--relay", str(relay.sock)])
-              for name in ("a", "b")]
     try:
-        for m in mounts:
-            m.start()
-        yield mounts[0], mounts[1]
+        with mounts_of(bftfs_bin, relay.sock, tmp_path) as (a, b):
+            yield a, b
     finally:
-        codes = [m.stop() for m in mounts]
         relay.daemon.stop()
-        shutil.rmtree(top, ignore_errors=True)
-    assert codes == [0, 0], "\n".join(m.log_text() for m in mounts)
-    for m in mounts:
-        assert not m.error_lines(), m.log_text()
     assert not relay.errors(), "\n".join(relay.errors())
 
 

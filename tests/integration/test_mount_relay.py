@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from harness.mount import Mount
+from harness.mount import relay_mounts
 from harness.relay import Relay, short_dir
 from harness.waiting import wait_until
 
@@ -26,21 +23,11 @@ pytestmark = pytest.mark.fuse
 def two_mounts(cluster, bftfs_bin, tmp_path):
     c = cluster(service="fs", replica_args=["--shim", "--no-fsync"])
     relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
-    top = Path(tempfile.mkdtemp(prefix="bftfs-mnt-"))
-    mounts = [Mount(bftfs_bin, top / name, tmp_path / f"{name}.log", ["--relay", str(relay.sock)],
-                    counters_file=tmp_path / f"{name}.status.json")
-              for name in ("a", "b")]
     try:
-        for m in mounts:
-            m.start()
-        yield relay, mounts[0], mounts[1]
+        with relay_mounts(bftfs_bin, relay.sock, tmp_path, counters=True) as (a, b):
+            yield relay, a, b
     finally:
-        codes = [m.stop() for m in mounts]
         relay.daemon.stop()
-        shutil.rmtree(top, ignore_errors=True)
-    assert codes == [0, 0], "\n".join(m.log_text() for m in mounts)
-    for m in mounts:
-        assert not m.error_lines(), m.log_text()
 
 
 def test_two_mounts_see_each_others_changes_after_close_and_open(two_mounts):

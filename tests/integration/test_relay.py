@@ -18,19 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.relay import Relay, short_dir
+from harness.relay import (FRAME_BODY_MAX, HELLO_BODY, STATUS_BODY, Relay, frame, read_frame, short_dir,
+                           submit_frame)
+from harness.relay import fsop as relay_fsop
 from harness.waiting import wait_until
-
-FRAME_BODY_MAX = 2 * 1024 * 1024 + 64
-
 
 def fsop(bftfs: Path, sock: Path, op: str, path: str = "/", *args: str, check: bool = True,
          timeout_s: float = 60) -> subprocess.CompletedProcess:
-    argv = [str(bftfs), "fsop", "--socket", str(sock), "--op", op, "--path", path, *args]
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
-    if check:
-        assert done.returncode == 0, f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done
+    return relay_fsop(bftfs, sock, "--op", op, "--path", path, *args, check=check, timeout_s=timeout_s)
 
 
 def relay_status(bftfs: Path, sock: Path) -> dict[str, str]:
@@ -104,6 +99,29 @@ def test_speculative_chain_survives_a_lying_primary(cluster, bftfs_bin, tmp_path
         st = relay_status(bftfs_bin, relay.sock)
         assert "0" not in st["replicas_trusted"].split(","), st
         assert st["in_flight"] == "0"
+        assert int(st["first_mismatches_0"]) >= 2 and st["first_mismatches_1"] == "0", st
+    finally:
+        relay.daemon.stop()
+    assert not relay.errors(), "\n".join(relay.errors())
+
+
+def test_a_relay_told_to_always_trust_keeps_using_a_lying_primary(cluster, bftfs_bin, tmp_path):
+    """`--distrust-window 0` turns the 1% rule off (as the paper's fault experiment did, PBFT-CS §6.2): the relay
+    keeps delivering the primary's wrong early replies, every prediction on them fails and is redone, and the
+    result is still every file exactly once. STATUS counts each replica's early replies and wrong ones."""
+    c = cluster(service="fs", replica_args=["--shim", "--no-fsync", "--early-replies", "--corrupt-early-replies", "1"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path), "--distrust-window", "0").start()
+    try:
+        fsop(bftfs_bin, relay.sock, "mkdir", "/c")
+        out = fsop(bftfs_bin, relay.sock, "create", "/c/f%d", "--parallel", "20", "--chain").stdout
+        assert "20 of 20 operations succeeded" in out
+        names = fsop(bftfs_bin, relay.sock, "readdir", "/c").stdout.split()
+        assert sorted(n for n in names if n not in (".", "..")) == sorted(f"f{i}" for i in range(20))
+        st = relay_status(bftfs_bin, relay.sock)
+        assert st["replicas_trusted"] == "0,1,2,3", st
+        compared, wrong = int(st["first_compared_0"]), int(st["first_mismatches_0"])
+        assert wrong == compared and wrong > 2, st
+        assert int(st["rollbacks"]) > 2, st
     finally:
         relay.daemon.stop()
     assert not relay.errors(), "\n".join(relay.errors())
@@ -152,30 +170,8 @@ def test_relay_restart_keeps_the_file_system(fs_cluster, bftfs_bin):
     assert fsop(bftfs_bin, relay.sock, "read", "/kept").stdout == "onetwo"
 
 
-def frame(body: bytes) -> bytes:
-    return struct.pack("<I", len(body)) + body
-
-
-HELLO = frame(b"\x01" + struct.pack("<H", 1))
-STATUS = frame(b"\x04")
-
-
-def submit(tag: int, request: bytes, flags: int = 0) -> bytes:
-    return frame(b"\x02" + struct.pack("<QBH", tag, flags, 0) + struct.pack("<I", len(request)) + request)
-
-
-def read_frame(s: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = s.recv(n - len(buf))
-            if not chunk:
-                raise EOFError("relay closed the connection")
-            buf += chunk
-        return buf
-    (n,) = struct.unpack("<I", exactly(4))
-    assert 1 <= n <= FRAME_BODY_MAX
-    return exactly(n)
+HELLO = frame(HELLO_BODY)
+STATUS = frame(STATUS_BODY)
 
 
 def closed_by_peer(s: socket.socket, timeout_s: float = 10) -> bool:
@@ -209,11 +205,11 @@ def test_garbage_and_a_mount_that_does_not_read(cluster, bftfs_bin, tmp_path):
             ("zero length", struct.pack("<I", 0)),
             ("oversized length", struct.pack("<I", FRAME_BODY_MAX + 1) + rng.randbytes(100)),
             ("length 0xFFFFFFFF", struct.pack("<I", 0xFFFFFFFF)),
-            ("SUBMIT before HELLO", submit(1, b"\x01")),
+            ("SUBMIT before HELLO", submit_frame(1, b"\x01")),
             ("unknown type", HELLO + frame(b"\x77")),
             ("HELLO of version 2", frame(b"\x01" + struct.pack("<H", 2))),
             ("second HELLO", HELLO + HELLO),
-            ("SUBMIT with unknown flags", HELLO + submit(1, b"\x01", flags=0x80)),
+            ("SUBMIT with unknown flags", HELLO + submit_frame(1, b"\x01", flags=0x80)),
             ("truncated SUBMIT", HELLO + frame(b"\x02" + bytes(5))),
         ]
         for what, data in violations:
@@ -231,7 +227,7 @@ def test_garbage_and_a_mount_that_does_not_read(cluster, bftfs_bin, tmp_path):
             hello_ok = read_frame(s)
             assert hello_ok[0] == 129
             assert struct.unpack("<HIII", hello_ok[1:]) == (1, relay.client_id, 4, 1)
-            s.sendall(submit(7, b"\xff\xff\xff"))
+            s.sendall(submit_frame(7, b"\xff\xff\xff"))
             final = read_frame(s)
             tag, status, n = struct.unpack("<QBI", final[1:14])
             assert (final[0], tag, status) == (131, 7, 2)
@@ -265,7 +261,7 @@ def test_random_frames_through_the_socket(fs_cluster, bftfs_bin):
     connections. Whatever the relay makes of them, it stays up and keeps serving."""
     c, relay = fs_cluster
     rng = random.Random(11)
-    templates = [HELLO, submit(1, b"\x01\x01\x00\x00"), submit(2, rng.randbytes(40), flags=3),
+    templates = [HELLO, submit_frame(1, b"\x01\x01\x00\x00"), submit_frame(2, rng.randbytes(40), flags=3),
                  frame(b"\x03" + struct.pack("<Q", 1)), STATUS]
     for _ in range(60):
         stream = bytearray(HELLO if rng.random() < 0.8 else b"")

@@ -12,52 +12,16 @@ from __future__ import annotations
 
 import socket
 import struct
-import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 from harness.daemon import Daemon
+from harness.relay import HELLO_BODY, frame, fsop, read_frame, short_dir, submit_frame
 
 FIRST, FINAL = 130, 131
 FLAG_REPORT_FIRST = 2
 STATUS_COMMITTED, STATUS_ROLLED_BACK, STATUS_REFUSED = 0, 1, 2
-
-
-def frame(body: bytes) -> bytes:
-    return struct.pack("<I", len(body)) + body
-
-
-def submit(tag: int, request: bytes, flags: int = 0, deps: tuple[int, ...] = ()) -> bytes:
-    return frame(b"\x02" + struct.pack("<QBH", tag, flags, len(deps)) + b"".join(struct.pack("<Q", d) for d in deps)
-                 + struct.pack("<I", len(request)) + request)
-
-
-def read_frame(s: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = s.recv(n - len(buf))
-            if not chunk:
-                raise EOFError("the peer closed the connection")
-            buf += chunk
-        return buf
-    (n,) = struct.unpack("<I", exactly(4))
-    return exactly(n)
-
-
-def short_dir(tmp_path: Path) -> Path:
-    """A directory whose socket paths fit sun_path (108 bytes) even when pytest's tmp_path is long."""
-    return tmp_path if len(str(tmp_path)) < 80 else Path(tempfile.mkdtemp(prefix="bftfs-deps-", dir="/tmp"))
-
-
-def fsop(bftfs: Path, sock: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    argv = [str(bftfs), "fsop", "--socket", str(sock), *args]
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-    if check:
-        assert done.returncode == 0, f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done
 
 
 def request_bytes(bftfs: Path, root: Path, op: str, path: str) -> bytes:
@@ -120,15 +84,15 @@ def test_a_request_on_a_wrong_first_reply_never_executes(cluster, bftfs_bin, tmp
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(30)
                 s.connect(str(sock))
-                s.sendall(frame(b"\x01" + struct.pack("<H", 1)))
+                s.sendall(frame(HELLO_BODY))
                 assert read_frame(s)[0] == 129
-                s.sendall(submit(1, requests[a], FLAG_REPORT_FIRST))
+                s.sendall(submit_frame(1, requests[a], FLAG_REPORT_FIRST))
                 body = read_frame(s)
                 assert body[0] == FIRST, "no FIRST for A: nothing to depend on"
                 final_a = final_for(s, 1) if after_final else None
                 if not after_final:
                     time.sleep(0.005)
-                s.sendall(submit(2, requests[b], FLAG_REPORT_FIRST, deps=(1,)))
+                s.sendall(submit_frame(2, requests[b], FLAG_REPORT_FIRST, deps=(1,)))
                 if final_a is None:
                     final_a = final_for(s, 1)
                 status_b, payload_b = final_for(s, 2)

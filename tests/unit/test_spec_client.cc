@@ -309,6 +309,31 @@ TEST_CASE("spec client: a primary failing more than 1% of its last n early repli
   CHECK(withheld < 100);
 }
 
+TEST_CASE("spec client: with a failure window of 0 the primary is always trusted, and every comparison counted",
+          "[spec]") {
+  SpecClientOptions o;
+  o.failure_window = 0;
+  o.client.window = 64;
+  Fixture fx(o);
+  for (int i = 0; i < 30; ++i) {
+    const std::uint64_t id = fx.client->submit(Bytes{1}, {});
+    fx.client->take_effects();
+    fx.early(id, executed({6}));  // always wrong
+    bool delivered = false;
+    for (const auto& e : fx.client->take_events()) delivered = delivered || e.kind == SpecEventKind::kFirst;
+    REQUIRE(delivered);
+    fx.consensus(id, executed({7}));
+    fx.client->take_events();
+    REQUIRE(fx.client->trusts(0));
+  }
+  CHECK(fx.client->first_compared(0) == 30);
+  CHECK(fx.client->first_mismatched(0) == 30);
+  CHECK(fx.client->first_compared(1) == 0);
+  CHECK(fx.client->first_mismatched(1) == 0);
+  CHECK(fx.client->first_compared(kN) == 0);  // outside the configuration
+  CHECK(fx.client->stats().first_withheld_distrusted == 0);
+}
+
 TEST_CASE("spec client: a read goes through agreement while the client's own writes are uncommitted", "[spec]") {
   Fixture fx;
   auto sent_read_only = [&] {
