@@ -30,6 +30,7 @@ from typing import Iterator
 import pytest
 
 from harness.fake_spec_daemon import FakeSpecDaemon
+from harness.mount import Mount, mount_supported
 from harness.waiting import wait_until
 
 pytestmark = pytest.mark.criu
@@ -106,6 +107,31 @@ def test_run_without_a_control_daemon_runs_plainly_and_says_why(bftfs_bin, root_
     assert "Read-only file system" in err  # outside the mount nothing is writable, speculating or not
     assert not Path("/etc/bftfs-x").exists()
     assert (tmp_path / "here").read_text() == "kept\n"  # the mount is written as it is
+
+
+def test_run_on_a_real_mount_whose_daemon_does_not_serve_it(bftfs_bin, root_only, tmp_path):
+    """`bftfs run` in a directory on a bftfs mount (the local backend) whose daemon has no control socket: the
+    command runs plainly on the mount, its writes there land, /tmp is private, and -v says why."""
+    ok, why = mount_supported(bftfs_bin)
+    if not ok:
+        pytest.skip(why)
+    with Mount(bftfs_bin, tmp_path / "mnt", tmp_path / "mount.log", ["--local", tmp_path / "backing"]) as m:
+        (m.mountpoint / "a").write_text("hi\n")
+        done = subprocess.run([str(bftfs_bin), "run", "-v", "--", "sh", "-c",
+                               "cat a; echo more >> a; echo scratch > /tmp/t; cat /tmp/t; exit 4"],
+                              cwd=m.mountpoint, capture_output=True, stdin=subprocess.DEVNULL,
+                              timeout=RUN_TIMEOUT_S)
+        err = done.stderr.decode(errors="replace")
+        assert done.returncode == 4, err
+        assert done.stdout == b"hi\nscratch\n"
+        assert (m.mountpoint / "a").read_text() == "hi\nmore\n"
+        assert "bftfs run: not speculating: the mount's daemon does not serve bftfs run" in err
+        assert f"  {m.mountpoint}: writable, no spec session" in err
+    # Outside a mount there is nothing to run on.
+    done = subprocess.run([str(bftfs_bin), "run", "--", "true"], cwd=tmp_path, capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 125
+    assert b"is not on a bftfs mount" in done.stderr
 
 
 def test_run_passes_output_and_exit_status_through(bftfs_bin, root_only, tmp_path):
