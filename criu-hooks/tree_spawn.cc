@@ -32,7 +32,7 @@ std::string errno_text(const std::string& what) { return what + ": " + std::stre
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::setsid() < 0) ::_exit(125);
   // The tree keeps CAP_SYS_ADMIN (when the invoker has it): the tree sees the host's /proc, not one of its own
-  // pid namespace, so CRIU's parasite mounts a procfs in each task's working directory while it dumps the task,
+  // pid namespace, so CRIU's parasite mounts a procfs of the task's pid namespace while it dumps each task,
   // which needs CAP_SYS_ADMIN in the task (measured: without it every dump fails "can't dump unprivileged task
   // whose /proc doesn't belong to it"). So a tree run as root could remount its way out of the boundary
   // (docs/SPECULATION.md §17: not a sandbox).

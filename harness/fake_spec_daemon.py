@@ -250,3 +250,30 @@ class FakeSpecDaemon:
             self._send(DETACHED, b"", "DETACHED")
         else:
             self._error(f"unknown request type {t}")
+
+
+def main() -> None:
+    """`python3 -m harness.fake_spec_daemon DIR`: serves one `bftfs run --test-control DIR/ctl.sock` started in
+    DIR, then prints what it saw. For trying the supervisor by hand (criu-hooks/README.md)."""
+    import argparse
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--fail-seals", default="", help="seal ordinals that fail, e.g. 2,5")
+    parser.add_argument("--commit-delay-ms", type=int, default=50)
+    parser.add_argument("--hideable-ms", type=int, default=500, help="latency to hide reported per 100 ms")
+    a = parser.parse_args()
+    fails = {int(x) for x in a.fail_seals.split(",") if x}
+    with FakeSpecDaemon(a.dir, a.dir / "ctl.sock", fail_seals=fails, commit_delay_s=a.commit_delay_ms / 1000,
+                        hideable_us_per_100ms=a.hideable_ms * 1000) as daemon:
+        print(f"serving {daemon.socket_path}: run `bftfs run --test-control {daemon.socket_path} -- CMD` in "
+              f"{a.dir}", flush=True)
+        daemon._thread.join()
+    for e in daemon.events:
+        if e.name != "WAITS":
+            print(f"{e.t:.3f} {e.what:8} {e.name} {e.fields or ''}")
+    for why in daemon.errors:
+        print(f"protocol error: {why}")
+
+
+if __name__ == "__main__":
+    main()
