@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "criu-hooks/boundary.h"
 #include "criu-hooks/criu_stats.h"
 #include "criu-hooks/epoch_log.h"
 #include "criu-hooks/input_log.h"
@@ -261,4 +262,34 @@ TEST_CASE("tree copy: files, links, modes and times are copied; clearing keeps n
   REQUIRE(std::filesystem::is_empty(dst.path));
   REQUIRE(copy_tree(src.open().get(), dst.open().get()) == "");
   REQUIRE(read_file(dst.path / "d/hard") == "alpha");
+}
+
+TEST_CASE("boundary: the mount a path lies on, from mountinfo; host sockets from /proc/net/unix", "[criu_hooks]") {
+  const std::string mountinfo =
+      "22 1 0:21 / / rw,relatime - ext4 /dev/sda1 rw\n"
+      "48 22 0:44 / /tmp/a\\040b/mnt rw,nosuid - fuse.bftfs bftfs rw,user_id=0\n"
+      "49 48 0:45 / /tmp/a\\040b/mnt/inner rw - fuse.bftfs bftfs rw\n"
+      "50 22 0:46 / /tmp/other rw - tmpfs tmpfs rw\n"
+      "garbage without fields\n";
+  const std::vector<MountEntry> mounts = mounts_of(mountinfo);
+  REQUIRE(mounts.size() == 4);
+  CHECK(mounts[1].mount_point == "/tmp/a b/mnt");  // octal escapes decoded
+  CHECK(mounts[1].fs_type == "fuse.bftfs");
+  CHECK(mount_containing(mountinfo, "/tmp/a b/mnt/src", "fuse.bftfs") == "/tmp/a b/mnt");
+  CHECK(mount_containing(mountinfo, "/tmp/a b/mnt/inner/x", "fuse.bftfs") == "/tmp/a b/mnt/inner");  // innermost
+  CHECK(mount_containing(mountinfo, "/tmp/a b/mntx", "fuse.bftfs").empty());  // a prefix is not a parent
+  CHECK(mount_containing(mountinfo, "/tmp/other", "fuse.bftfs").empty());
+  CHECK(path_within("/a/b", "/a"));
+  CHECK(path_within("/a", "/a"));
+  CHECK_FALSE(path_within("/ab", "/a"));
+  CHECK(path_within("/x", "/"));
+  const std::string unix_text =
+      "Num       RefCount Protocol Flags    Type St Inode Path\n"
+      "0000000000000000: 00000002 00000000 00010000 0001 01 20001 /run/dbus/system_bus_socket\n"
+      "0000000000000000: 00000002 00000000 00010000 0001 01 20002 @/abstract/name\n"
+      "0000000000000000: 00000003 00000000 00000000 0001 03 20003\n"
+      "0000000000000000: 00000002 00000000 00010000 0001 01 20004 /tmp/with space.sock\n";
+  CHECK(unix_socket_paths_of(unix_text) ==
+        std::vector<std::string>{"/run/dbus/system_bus_socket", "/tmp/with space.sock"});
+  CHECK(unix_socket_paths_of("").empty());
 }
