@@ -6,15 +6,16 @@
 namespace bftfs::criu {
 namespace {
 
-std::string fmt(const char* format, double a) {
+// `v` with `decimals` digits after the point.
+std::string fixed(double v, int decimals) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, format, a);
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
   return buf;
 }
 
-std::string sec(std::uint64_t us) { return fmt("%.2f s", static_cast<double>(us) / 1e6); }
-std::string msec(std::uint64_t us) { return fmt("%.1f ms", static_cast<double>(us) / 1e3); }
-std::string mib(std::uint64_t bytes) { return fmt("%.2f MiB", static_cast<double>(bytes) / (1 << 20)); }
+std::string sec(std::uint64_t us) { return fixed(static_cast<double>(us) / 1e6, 2) + " s"; }
+std::string msec(std::uint64_t us) { return fixed(static_cast<double>(us) / 1e3, 1) + " ms"; }
+std::string mib(std::uint64_t bytes) { return fixed(static_cast<double>(bytes) / (1 << 20), 2) + " MiB"; }
 
 std::string cause_text(std::uint8_t cause) {
   switch (cause) {
@@ -62,7 +63,7 @@ std::string checkpoints_line(const RunStats& s) {
   return std::to_string(s.checkpoints.size()) + " (" + std::to_string(s.checkpoint_failures) + " failed): dump p50 " +
          msec(quantile(wall, 0.5)) + " p90 " + msec(quantile(wall, 0.9)) + ", frozen p50 " +
          msec(quantile(frozen, 0.5)) + ", image p50 " + mib(quantile(image, 0.5)) + "; " + sec(total) + " in all (" +
-         fmt("%.1f", share) + "% of the run)";
+         fixed(share, 1) + "% of the run)";
 }
 
 std::string rollbacks_line(const RunStats& s) {
@@ -104,7 +105,7 @@ std::string format_stats_text(const RunStats& s) {
   const double ratio =
       checkpoint_cost ? static_cast<double>(s.hidden_us) / static_cast<double>(checkpoint_cost) : 0.0;
   line(out, "latency", "hidden " + sec(s.hidden_us) + ", waited " + sec(s.waited_us) + "; hidden / checkpoint cost " +
-                           fmt("%.1f", ratio));
+                           fixed(ratio, 1));
   line(out, "output", mib(s.output_bytes_released) + " released, " + mib(s.output_bytes_dropped) + " dropped, " +
                           mib(s.output_bytes_held_max) + " held at most, longest hold " + msec(s.output_hold_us_max));
   line(out, "input", std::to_string(s.stdin_bytes_replayed) + " stdin bytes replayed, " +
