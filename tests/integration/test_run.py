@@ -19,6 +19,8 @@ import contextlib
 import hashlib
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import subprocess
@@ -390,6 +392,55 @@ def test_run_pty_output_survives_a_rollback(bftfs_bin, criu_ready, tmp_path):
     expected.append("no-controlling-terminal")
     assert text.splitlines() == expected
     assert len(stats_of(stats)["rollbacks"]) == len(daemon.times("FAILED")) >= 1
+
+
+def test_run_terminal_input_is_forwarded_only_outside_speculation(bftfs_bin, criu_ready, tmp_path):
+    """stdin and stdout a terminal: keystrokes reach the tree only while nothing speculative is outstanding (the
+    running epoch is sealed without a dump and committed first), so each typed line is read exactly once, also
+    across a rollback (§8.7)."""
+    reader = script(tmp_path / "reader.sh", "#!/bin/sh\nwhile IFS= read -r l; do echo \"got $l\"; done\necho end\n")
+    stats = tmp_path / "stats.json"
+    with fake_daemon(tmp_path, fail_seals={3}) as daemon:
+        master, slave = pty.openpty()
+        proc = subprocess.Popen([str(bftfs_bin), *run_args(daemon, ["--max-epoch-ms", "200", "--stats-json",
+                                                                    str(stats), "--", str(reader)])],
+                                cwd=tmp_path, stdin=slave, stdout=slave, stderr=subprocess.PIPE)
+        os.close(slave)
+        out = bytearray()
+
+        def read_for(seconds: float) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                if select.select([master], [], [], 0.05)[0]:
+                    try:
+                        out.extend(os.read(master, 4096))
+                    except OSError:  # the last holder of the terminal closed it
+                        return
+
+        try:
+            read_for(0.8)  # speculation starts before anything is typed
+            for i in range(6):
+                os.write(master, f"line {i}\n".encode())
+                read_for(0.4)
+            os.write(master, b"\x04")  # end of input
+            wait_until(lambda: (read_for(0.1), proc.poll() is not None)[1], RUN_TIMEOUT_S, "bftfs run to end")
+            read_for(0.2)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            os.close(master)
+        err = proc.stderr.read().decode(errors="replace")
+    assert proc.returncode == 0, err
+    text = out.decode(errors="replace").replace("\r\n", "\n")
+    got = [line for line in text.splitlines() if line.startswith("got ") or line == "end"]
+    assert got == [f"got line {i}" for i in range(6)] + ["end"], text
+    # Speculation ran, and paused for the input with seals without a dump.
+    assert daemon.times("PREPARE", "request"), err
+    assert any(f["next"] == 1 for _, f in daemon.times("SEAL", "request")), err
+    s = stats_of(stats)
+    assert s["keystroke_bytes_forwarded"] > 0 and s["input_us"] > 0
+    assert len(s["rollbacks"]) == len(daemon.times("FAILED"))
 
 
 MAKEFILE = """CFLAGS = -O2 -pipe
