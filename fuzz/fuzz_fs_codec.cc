@@ -1,8 +1,9 @@
 // libFuzzer target for the file service's decoders (services/fs/fs_codec.h, services/fs/object_store.h): the
-// compound request (a client's bytes), the result (what a client decodes from replicas), and a partition's
-// bytes (what state transfer installs). Invariants: no decoder crashes; an accepted request or result is the
-// canonical encoding of what it decoded to; an accepted request's worst-case result fits kFsResultBytesMax;
-// an accepted partition re-encodes to the same bytes and every object hashes into it.
+// compound request (a client's bytes), the result (what a client decodes from replicas), a staged part's
+// entries (what EPOCH reads back), and a partition's bytes (what state transfer installs). Invariants: no
+// decoder crashes; an accepted request, result or part is the canonical encoding of what it decoded to; an
+// accepted request's worst-case result fits kFsResultBytesMax; an accepted partition re-encodes to the same
+// bytes and every object hashes into it.
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -33,6 +34,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Bytes again = encode_result(res);
     if (!std::equal(again.begin(), again.end(), input.begin(), input.end())) {
       fuzz::fail("accepted fs result is not the canonical encoding of its results");
+    }
+  }
+
+  std::vector<Entry> entries;
+  if (decode_entries(input, entries) == FsDecodeError::kOk) {
+    const Bytes again = encode_entries(entries);
+    if (!std::equal(again.begin(), again.end(), input.begin(), input.end())) {
+      fuzz::fail("accepted staged part is not the canonical encoding of its entries");
     }
   }
 

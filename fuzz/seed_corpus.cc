@@ -63,6 +63,61 @@ ClusterConfig config_for(std::uint32_t f, std::uint32_t clients) {
 
 }  // namespace
 
+// The speculation ops (docs/SPECULATION.md §5): a request of each, entries of each expectation, and each
+// result body, so that the fuzzer mutates nested entries, keys and facts from valid encodings.
+void add_fs_speculation_seeds(CorpusWriter& out) {
+  fs::Op time;
+  time.code = fs::OpCode::kTime;
+  time.time_ns = 1700000000000000000ull;
+  fs::Op lookup;
+  lookup.code = fs::OpCode::kLookup;
+  lookup.handle = fs::Handle::of(1, 1);
+  lookup.name = "x";
+  const fs::Request entry_request{{time, lookup}};
+  std::vector<fs::Entry> entries(2);
+  entries[0].request = entry_request;
+  entries[1] = fs::Entry{fs::Outcome::kOpFailed, 1, 2, entry_request};
+  fs::Op op;
+  op.code = fs::OpCode::kFetch;
+  op.stream = 9;
+  op.trace = entry_request;
+  out.add("fuzz_fs_codec", fs::encode_request(fs::Request{{time, op}}));
+  op.fetch_mode = fs::FetchMode::kKeys;
+  op.keys = {fs::ObjectKey::super(), fs::ObjectKey::dir_name(1, "x"), fs::ObjectKey::data(5, 2)};
+  out.add("fuzz_fs_codec", fs::encode_request(fs::Request{{op}}));
+  for (fs::OpCode code : {fs::OpCode::kReserve, fs::OpCode::kStage, fs::OpCode::kEpoch, fs::OpCode::kStreamClose}) {
+    fs::Op s;
+    s.code = code;
+    s.stream = 9;
+    s.reserve = code == fs::OpCode::kReserve ? 16 : 0;
+    s.epoch = code == fs::OpCode::kStage || code == fs::OpCode::kEpoch ? 3 : 0;
+    s.prev = code == fs::OpCode::kEpoch ? 2 : 0;
+    s.parts = code == fs::OpCode::kEpoch ? 1 : 0;
+    if (code == fs::OpCode::kStage || code == fs::OpCode::kEpoch) s.entries = entries;
+    out.add("fuzz_fs_codec", fs::encode_request(fs::Request{{s}}));
+  }
+  fs::Result result;
+  result.results.resize(4);
+  result.results[0].code = fs::OpCode::kFetch;
+  result.results[0].complete = true;
+  result.results[0].facts = {fs::Fact{fs::FactKind::kValue, fs::ObjectKey::inode(5), Bytes{1, 2}, std::nullopt},
+                             fs::Fact{fs::FactKind::kAbsent, fs::ObjectKey::dir_name(1, "y"), {}, std::nullopt},
+                             fs::Fact{fs::FactKind::kNext, fs::ObjectKey::entry(1, 3), {}, fs::ObjectKey::entry(1, 7)}};
+  result.results[1].code = fs::OpCode::kReserve;
+  result.results[1].reserved = {fs::ReservedInode{5, 1}, fs::ReservedInode{6, 2}};
+  result.results[2].code = fs::OpCode::kStage;
+  result.results[2].parts_present = 1;
+  result.results[3].code = fs::OpCode::kEpoch;
+  result.results[3].verdict = fs::EpochVerdict::kEntry;
+  result.results[3].entry_outcome = fs::Outcome::kOpFailed;
+  result.results[3].entry_stop = 1;
+  result.results[3].entry_err = 2;
+  result.results[3].entry_result.resize(1);
+  result.results[3].entry_result[0].code = fs::OpCode::kLookup;
+  result.results[3].entry_result[0].err = 2;
+  out.add("fuzz_fs_codec", fs::encode_result(result));
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s <dir>  (writes <dir>/corpus-<target>/seed-N)\n", argv[0]);
@@ -137,6 +192,7 @@ int main(int argc, char** argv) {
     result.results = {r};
     out.add("fuzz_fs_codec", fs::encode_result(result));
   }
+  add_fs_speculation_seeds(out);
   {
     // Relay frames: the fuzz target decodes its input as one body and as a stream, so seed both forms.
     const fs::Request lookup{{fs::Op{}}};

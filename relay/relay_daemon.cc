@@ -139,7 +139,8 @@ const char* op_key(std::uint8_t code) {
   static constexpr const char* kNames[fs::kOpCodeMax + 1] = {
       "ops_unknown", "ops_lookup", "ops_getattr", "ops_setattr", "ops_read",     "ops_write",    "ops_create",
       "ops_remove",  "ops_mkdir",  "ops_rmdir",   "ops_rename",  "ops_link",     "ops_symlink",  "ops_readlink",
-      "ops_readdir", "ops_statfs", "ops_fsync",   "ops_readdirplus", "ops_mknod", "ops_access"};
+      "ops_readdir", "ops_statfs", "ops_fsync",   "ops_readdirplus", "ops_mknod", "ops_access",
+      "ops_time",    "ops_fetch",  "ops_reserve", "ops_stage",   "ops_epoch",    "ops_stream_close"};
   BFT_ASSERT(code <= fs::kOpCodeMax);
   return kNames[code];
 }

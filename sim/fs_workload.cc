@@ -29,7 +29,7 @@ const Handle kRoot = Handle::of(fs::kRootIno, 1);
 // Weights of the shapes (in FsShape order) and of the single ops (in OpCode order, index = code - 1). Name and
 // data changes dominate; every form and every op keeps a share.
 constexpr std::array<std::uint32_t, kFsShapes> kShapeWeights = {40, 8, 6, 5, 8, 5, 6, 4, 5, 13};
-constexpr std::array<std::uint32_t, fs::kOpCodeMax> kOpWeights = {
+constexpr std::array<std::uint32_t, fs::kFileOpCodeMax> kOpWeights = {
     8,   // LOOKUP
     6,   // GETATTR
     6,   // SETATTR

@@ -33,7 +33,6 @@ constexpr std::uint8_t kRecHeader = 3;
 constexpr char kMagic[8] = {'B', 'F', 'T', 'F', 'S', 'I', 'D', 'X'};
 constexpr std::uint32_t kVersion = 1;
 constexpr std::uint32_t kRecordBytesMax = 1u << 30;  // a PART of a partition at kPartitionBytesMax fits easily
-constexpr std::uint8_t kKindMax = static_cast<std::uint8_t>(fs::Kind::kData);
 
 [[noreturn]] void die(const char* what, const std::string& path) {
   LOG_ERROR("", "fs store: %s %s: %s; stopping (cannot persist)", what, path.c_str(), std::strerror(errno));
@@ -85,23 +84,6 @@ std::uint32_t value_crc(const ObjectKey& key, std::span<const std::uint8_t> valu
 
 // A partition's content as the index names it: keys in increasing order.
 using Content = std::vector<std::pair<ObjectKey, Extent>>;
-
-// Reads one key as the partition encoding writes it (fs::encode_key). False if truncated or unknown kind.
-bool read_key(ByteReader& r, ObjectKey& k) {
-  std::uint8_t kind = 0;
-  if (!r.u64(k.ino) || !r.u8(kind)) return false;
-  if (kind < 1 || kind > kKindMax) return false;
-  k.kind = static_cast<fs::Kind>(kind);
-  if (k.kind == fs::Kind::kName) {
-    std::uint16_t n = 0;
-    Bytes name;
-    if (!r.u16(n) || !r.bytes(n, name)) return false;
-    k.name.assign(name.begin(), name.end());
-    k.index = 0;
-    return true;
-  }
-  return r.u64(k.index);
-}
 
 }  // namespace
 
@@ -663,7 +645,7 @@ struct DiskObjectStore::Impl {
     for (std::uint32_t i = 0; i < n; ++i) {
       ObjectKey k;
       Extent e;
-      if (!read_key(r, k) || !r.u64(e.offset) || !r.u32(e.len) || !r.u32(e.crc)) {
+      if (!fs::read_key(r, k) || !r.u64(e.offset) || !r.u32(e.len) || !r.u32(e.crc)) {
         return "malformed object in PART record at " + std::to_string(pos);
       }
       if (fs::partition_of(k, options.partitions) != p) return "PART record at " + std::to_string(pos) + ": foreign key";

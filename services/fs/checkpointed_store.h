@@ -21,8 +21,24 @@
 
 namespace bftfs::fs {
 
+// Thrown by a store that holds only part of the state (the local model's CachingObjectStore, spec/) from get()
+// or first_at_or_after() when it cannot answer: `key` is the key, or the start of the scan. FsService catches
+// it at the request boundary and undoes the request (FsService::execute_entry's EntryRun::missing). A store
+// that holds the whole state never throws it.
+struct UnknownKey {
+  ObjectKey key;
+};
+
 class CheckpointedStore : public ObjectStore {
  public:
+  // ---- undo (FsService records the value a key had before its first change in an op) ----
+  // The value of `key` for an undo record: get()'s answer, except that a partial store returns nullopt for a key
+  // it does not know instead of throwing (a blind write needs no read). FETCH's trace does not report it.
+  virtual std::optional<Value> get_for_undo(const ObjectKey& key) const { return get(key); }
+  // Undoes a change to a key whose earlier value get_for_undo did not know: a partial store forgets the key
+  // again. Never called on a store whose get_for_undo always knows.
+  virtual void forget(const ObjectKey& key);
+
   // ---- verification ----
   // How many reads found bytes that failed their checksum. Such a get() returns null and such a partition
   // encoding is wrong; the caller compares this counter before and after to know (FsService aborts the request).

@@ -14,6 +14,7 @@
 namespace bftfs::fs {
 
 CheckpointId FsService::Impl::checkpoint(std::uint64_t seq) {
+  BFT_ASSERT(!partial);
   BFT_ASSERT(!installing);
   BFT_ASSERT(last_executed <= seq);
   commit_through(seq);
@@ -26,6 +27,7 @@ CheckpointId FsService::Impl::checkpoint(std::uint64_t seq) {
 }
 
 void FsService::Impl::begin_install() {
+  BFT_ASSERT(!partial);
   BFT_ASSERT(!installing);
   installing = true;
   install_error.clear();

@@ -1,4 +1,5 @@
-// The file service's wire format; see fs_codec.h and docs/FILESERVICE.md §1.
+// The file service's wire format; see fs_codec.h and docs/FILESERVICE.md §1. The frame of requests and results
+// and the ops on files are here; the speculation ops' bodies are in fs_codec_speculation.cc.
 #include "services/fs/fs_codec.h"
 
 #include <array>
@@ -6,21 +7,41 @@
 #include "common/assert.h"
 #include "common/codec.h"
 #include "common/crypto.h"
+#include "services/fs/fs_codec_internal.h"
 
 namespace bftfs::fs {
 
+namespace codec_internal {
+
+bool reject(ByteReader& r, FsDecodeError& e, FsDecodeError reason) {
+  e = reason;
+  return r.fail();
+}
+
+FsDecodeError reason(const ByteReader& r, FsDecodeError e) {
+  if (e != FsDecodeError::kOk) return e;
+  if (!r.ok()) return FsDecodeError::kTruncated;
+  return FsDecodeError::kTrailingBytes;
+}
+
+bool get_bool(ByteReader& r, bool& v, FsDecodeError& e) {
+  std::uint8_t b = 0;
+  if (!r.u8(b)) return false;
+  if (b > 1) return reject(r, e, FsDecodeError::kBadBoolean);
+  v = b == 1;
+  return true;
+}
+
+}  // namespace codec_internal
+
 namespace {
+
+using namespace codec_internal;
 
 // Per-entry worst case of a READDIR result: cookie, ino, type, name length, name.
 constexpr std::size_t kDirEntryBytesMax = 8 + 8 + 1 + 2 + kNameBytesMax;
 constexpr std::size_t kOpResultHeaderBytes = 1 + 4;
 constexpr std::size_t kResultHeaderBytes = 3;
-
-// Sets the reason and fails the reader: how a decoder rejects a field it read but does not accept.
-bool reject(ByteReader& r, FsDecodeError& e, FsDecodeError reason) {
-  e = reason;
-  return r.fail();
-}
 
 void put_string16(ByteWriter& w, std::string_view s) {
   BFT_ASSERT(s.size() <= 0xFFFF);
@@ -95,14 +116,6 @@ bool get_attr(ByteReader& r, Attr& a, FsDecodeError& e) {
   if (!get_file_type(r, a.type, e)) return false;
   return r.u32(a.mode) && r.u32(a.nlink) && r.u32(a.uid) && r.u32(a.gid) && r.u64(a.size) && r.u64(a.blocks) &&
          r.u64(a.atime_ns) && r.u64(a.mtime_ns) && r.u64(a.ctime_ns) && r.u64(a.rdev);
-}
-
-bool get_bool(ByteReader& r, bool& v, FsDecodeError& e) {
-  std::uint8_t b = 0;
-  if (!r.u8(b)) return false;
-  if (b > 1) return reject(r, e, FsDecodeError::kBadBoolean);
-  v = b == 1;
-  return true;
 }
 
 // ---- ops: the fields every op has (code, credentials, predicate), then its own fields ----
@@ -329,6 +342,12 @@ constexpr std::array<OpBodyCodec, kOpCodeMax> kOpBodies = {{
     {OpCode::kReaddirPlus, put_readdir, get_readdir},
     {OpCode::kMknod, put_mknod, get_mknod},
     {OpCode::kAccess, put_access, get_access},
+    {OpCode::kTime, put_time, get_time},
+    {OpCode::kFetch, put_fetch, get_fetch},
+    {OpCode::kReserve, put_reserve, get_reserve},
+    {OpCode::kStage, put_stage, get_stage},
+    {OpCode::kEpoch, put_epoch, get_epoch},
+    {OpCode::kStreamClose, put_stream_close, get_stream_close},
 }};
 
 constexpr bool in_code_order(const std::array<OpBodyCodec, kOpCodeMax>& table) {
@@ -353,32 +372,66 @@ void put_op(ByteWriter& w, const Op& op) {
   op_body(op.code).put(w, op);
 }
 
-// Decodes one op (`earlier` already decoded, for result references). Leaves unused fields at defaults.
-bool get_op(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e) {
+// Decodes one op (`earlier` already decoded, for result references). Leaves unused fields at defaults. In an
+// entry's request (`entry`) only codes up to kEntryOpCodeMax are read on: no op nests a request deeper.
+bool get_op(ByteReader& r, const std::vector<Op>& earlier, Op& op, FsDecodeError& e, bool entry) {
   std::uint8_t code = 0;
   if (!r.u8(code)) return false;
   if (code < 1 || code > kOpCodeMax) return reject(r, e, FsDecodeError::kBadOpCode);
+  if (entry && code > kEntryOpCodeMax) return reject(r, e, FsDecodeError::kStreamOpInEntry);
   op.code = static_cast<OpCode>(code);
   if (!get_cred(r, op.cred, e)) return false;
   if (!get_expect(r, op.expect, e)) return false;
   return op_body(op.code).get(r, earlier, op, e);
 }
 
-// A failed read that did not name its own reason was a short input.
-FsDecodeError reason(const ByteReader& r, FsDecodeError e) {
-  if (e != FsDecodeError::kOk) return e;
-  if (!r.ok()) return FsDecodeError::kTruncated;
-  return FsDecodeError::kTrailingBytes;
+bool is_stream_op(OpCode code) { return code >= OpCode::kReserve; }
+
+// Decodes a request; `entry`: an entry's or a traced request (decode_entry_request).
+FsDecodeError decode_request_in(std::span<const std::uint8_t> bytes, Request& out, bool entry) {
+  ByteReader r(bytes);
+  FsDecodeError e = FsDecodeError::kOk;
+  std::uint8_t version = 0;
+  std::uint8_t n = 0;
+  if (!r.u8(version)) return FsDecodeError::kTruncated;
+  if (version != kFsWireVersion) return FsDecodeError::kBadVersion;
+  if (!r.u8(n)) return FsDecodeError::kTruncated;
+  if (n == 0 || n > kCompoundOpsMax) return FsDecodeError::kBadOpCount;
+  Request req;
+  req.ops.reserve(n);
+  std::size_t result_bytes = kResultHeaderBytes;
+  for (std::uint8_t i = 0; i < n; ++i) {
+    Op op;
+    if (!get_op(r, req.ops, op, e, entry)) return reason(r, e);
+    if (is_stream_op(op.code) && n != 1) return FsDecodeError::kStreamOpNotAlone;
+    result_bytes += worst_case_result_bytes(op);
+    req.ops.push_back(std::move(op));
+  }
+  if (!r.done()) return reason(r, e);
+  if (entry && req.ops.front().code != OpCode::kTime) return FsDecodeError::kEntryWithoutTime;
+  if (result_bytes > kFsResultBytesMax) return FsDecodeError::kResultTooLarge;
+  out = std::move(req);
+  return FsDecodeError::kOk;
 }
 
-bool get_op_result(ByteReader& r, OpResult& res, FsDecodeError& e) {
+}  // namespace
+
+namespace codec_internal {
+
+FsDecodeError decode_entry_request(std::span<const std::uint8_t> bytes, Request& out) {
+  return decode_request_in(bytes, out, true);
+}
+
+bool get_op_result(ByteReader& r, OpResult& res, FsDecodeError& e, bool nested) {
   std::uint8_t code = 0;
   if (!r.u8(code)) return false;
   if (code < 1 || code > kOpCodeMax) return reject(r, e, FsDecodeError::kBadOpCode);
+  if (nested && code > kEntryOpCodeMax) return reject(r, e, FsDecodeError::kStreamOpInEntry);
   res.code = static_cast<OpCode>(code);
   if (!r.u32(res.err)) return false;
   if (res.err != err::kOk) return true;
   if (returns_attr(res.code) && !get_attr(r, res.attr, e)) return false;
+  if (code > kFileOpCodeMax) return get_speculation_result(r, res, e);
   switch (res.code) {
     case OpCode::kRead: {
       std::uint32_t n = 0;
@@ -416,9 +469,10 @@ bool get_op_result(ByteReader& r, OpResult& res, FsDecodeError& e) {
   }
 }
 
-}  // namespace
+}  // namespace codec_internal
 
 bool returns_attr(OpCode code) {
+  if (static_cast<std::uint8_t>(code) > kFileOpCodeMax) return false;
   switch (code) {
     case OpCode::kRemove:
     case OpCode::kRmdir:
@@ -443,6 +497,8 @@ bool is_read_only(OpCode code) {
     case OpCode::kReaddirPlus:
     case OpCode::kStatfs:
     case OpCode::kAccess:
+    case OpCode::kTime:
+    case OpCode::kFetch:
       return true;
     default:
       return false;
@@ -476,6 +532,20 @@ std::string_view to_string(FsDecodeError e) {
     case FsDecodeError::kBadNodeType: return "mknod of a type that is not a FIFO, socket or device";
     case FsDecodeError::kAppendWithOffset: return "append write with a nonzero offset";
     case FsDecodeError::kBadAccessMask: return "access bits beyond r/w/x";
+    case FsDecodeError::kStreamOpNotAlone: return "a stream op with other ops in its request";
+    case FsDecodeError::kStreamOpInEntry: return "an entry or traced request holding FETCH or a stream op";
+    case FsDecodeError::kEntryWithoutTime: return "an entry or traced request whose op 0 is not TIME";
+    case FsDecodeError::kBadEntryExpect: return "an entry's expected outcome, stop and errno disagree";
+    case FsDecodeError::kBadEntryCount: return "entry count not in the op's range";
+    case FsDecodeError::kBadFetchMode: return "fetch mode not 0 or 1";
+    case FsDecodeError::kBadKeyCount: return "fetch key count not in 1..256";
+    case FsDecodeError::kBadKey: return "key of an unknown kind or with too long a name";
+    case FsDecodeError::kBadReserveCount: return "reserve count not in 1..4096";
+    case FsDecodeError::kBadPart: return "part number or count beyond 4096";
+    case FsDecodeError::kBadEpoch: return "epoch 0, or not above the previous epoch";
+    case FsDecodeError::kBadFact: return "unknown fact, too long a value, or next below its key";
+    case FsDecodeError::kTooManyFacts: return "facts beyond 768 KiB";
+    case FsDecodeError::kBadVerdict: return "epoch verdict unknown or inconsistent with its fields";
   }
   return "unknown decode error";
 }
@@ -501,6 +571,17 @@ bool is_request_error(FsDecodeError e) {
     case FsDecodeError::kBadNodeType:
     case FsDecodeError::kAppendWithOffset:
     case FsDecodeError::kBadAccessMask:
+    case FsDecodeError::kStreamOpNotAlone:
+    case FsDecodeError::kStreamOpInEntry:
+    case FsDecodeError::kEntryWithoutTime:
+    case FsDecodeError::kBadEntryExpect:
+    case FsDecodeError::kBadEntryCount:
+    case FsDecodeError::kBadFetchMode:
+    case FsDecodeError::kBadKeyCount:
+    case FsDecodeError::kBadKey:
+    case FsDecodeError::kBadReserveCount:
+    case FsDecodeError::kBadPart:
+    case FsDecodeError::kBadEpoch:
       return true;
     default:
       return false;
@@ -520,7 +601,7 @@ std::size_t worst_case_result_bytes(const Op& op) {
       body += 1 + 4 + static_cast<std::size_t>(op.count) * (kDirEntryBytesMax + kAttrBytes);
       break;
     case OpCode::kStatfs: body += 4 + 5 * 8 + 4; break;
-    default: break;
+    default: body += speculation_result_body_bytes_max(op); break;
   }
   return kOpResultHeaderBytes + body;
 }
@@ -537,27 +618,7 @@ Bytes encode_request(const Request& r) {
 }
 
 FsDecodeError decode_request(std::span<const std::uint8_t> bytes, Request& out) {
-  ByteReader r(bytes);
-  FsDecodeError e = FsDecodeError::kOk;
-  std::uint8_t version = 0;
-  std::uint8_t n = 0;
-  if (!r.u8(version)) return FsDecodeError::kTruncated;
-  if (version != kFsWireVersion) return FsDecodeError::kBadVersion;
-  if (!r.u8(n)) return FsDecodeError::kTruncated;
-  if (n == 0 || n > kCompoundOpsMax) return FsDecodeError::kBadOpCount;
-  Request req;
-  req.ops.reserve(n);
-  std::size_t result_bytes = kResultHeaderBytes;
-  for (std::uint8_t i = 0; i < n; ++i) {
-    Op op;
-    if (!get_op(r, req.ops, op, e)) return reason(r, e);
-    result_bytes += worst_case_result_bytes(op);
-    req.ops.push_back(std::move(op));
-  }
-  if (!r.done()) return reason(r, e);
-  if (result_bytes > kFsResultBytesMax) return FsDecodeError::kResultTooLarge;
-  out = std::move(req);
-  return FsDecodeError::kOk;
+  return decode_request_in(bytes, out, false);
 }
 
 void encode_op_result(const OpResult& res, Bytes& out) {
@@ -603,6 +664,7 @@ void encode_op_result(const OpResult& res, Bytes& out) {
       w.u32(res.statfs.namemax);
       break;
     default:
+      put_speculation_result(w, res);
       break;
   }
 }
@@ -653,7 +715,7 @@ FsDecodeError decode_result(std::span<const std::uint8_t> bytes, Result& out) {
   }
   res.results.resize(n);
   for (auto& op_res : res.results) {
-    if (!get_op_result(r, op_res, e)) return reason(r, e);
+    if (!get_op_result(r, op_res, e, false)) return reason(r, e);
   }
   if (!r.done()) return reason(r, e);
   if (res.outcome == Outcome::kOpFailed && res.results.back().err == err::kOk) return FsDecodeError::kBadErrno;

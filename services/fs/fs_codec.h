@@ -8,12 +8,14 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/types.h"
+#include "services/fs/object_store.h"
 
 namespace bftfs::fs {
 
@@ -51,8 +53,27 @@ enum class OpCode : std::uint8_t {
   kReaddirPlus = 17,  // READDIR with each entry's Attr (FUSE readdirplus: no LOOKUP per entry)
   kMknod = 18,        // a FIFO, socket or device node (the client's kernel does their I/O, not the service)
   kAccess = 19,       // which of r/w/x the caller may do (FUSE access() without default_permissions)
+  // Speculation (docs/SPECULATION.md §5): TIME in any request; FETCH reads raw objects; the stream ops (RESERVE,
+  // STAGE, EPOCH, STREAM_CLOSE) are each alone in their request.
+  kTime = 20,         // the time of the ops after it
+  kFetch = 21,        // the facts a request would read (trace), or objects by key
+  kReserve = 22,      // inode numbers into a stream's pool
+  kStage = 23,        // stores one part of an epoch's entries
+  kEpoch = 24,        // applies an epoch's entries all or nothing, chained to the stream's last epoch
+  kStreamClose = 25,  // ends a stream: its pool goes back, its parts are erased
 };
-inline constexpr std::uint8_t kOpCodeMax = 19;
+inline constexpr std::uint8_t kFileOpCodeMax = 19;   // codes 1..19: the ops on files
+inline constexpr std::uint8_t kEntryOpCodeMax = 20;  // what an entry (or a traced request) may hold: those and TIME
+inline constexpr std::uint8_t kOpCodeMax = 25;
+
+// ---- limits of the speculation ops (docs/SPECULATION.md §5.9) ----
+inline constexpr std::uint32_t kEntriesMax = 65536;        // entries of one STAGE part, and of one EPOCH in all
+inline constexpr std::uint32_t kStagePartsMax = 4096;      // part numbers 0..4095
+inline constexpr std::uint16_t kFetchKeysMax = 256;        // keys of one FETCH in keys mode
+inline constexpr std::uint16_t kReserveCountMax = 4096;    // inode numbers one RESERVE asks for
+inline constexpr std::size_t kFetchFactBytesMax = 768u * 1024;  // encoded facts of one FETCH result
+inline constexpr std::uint32_t kFactValueBytesMax = 64u * 1024;  // the largest stored value (a data block)
+inline constexpr std::uint32_t kKeyNameBytesMax = 4096;    // a name in a Key on the wire (real names: <= 255)
 
 // True for ops whose successful result is an Attr (they can be named by a result reference).
 bool returns_attr(OpCode code);
@@ -128,6 +149,31 @@ inline constexpr std::uint8_t kAtimeNow = 1u << 6;
 inline constexpr std::uint8_t kMtimeNow = 1u << 7;
 }  // namespace setattr
 
+enum class Outcome : std::uint8_t { kDone = 0, kOpFailed = 1, kPredicateFailed = 2, kMalformed = 3 };
+
+struct Op;
+
+struct Request {
+  std::vector<Op> ops;  // 1..kCompoundOpsMax
+  friend bool operator==(const Request&, const Request&) = default;
+};
+
+// One request of a speculating tree with the outcome it was told (docs/SPECULATION.md §5.3): an EPOCH applies
+// only if each of its entries, executed again, gives this outcome, stop and errno (errno not compared for
+// kPredicateFailed). The request's op 0 is TIME, and it holds no op beyond kEntryOpCodeMax.
+struct Entry {
+  Outcome expect_outcome = Outcome::kDone;  // kDone, kOpFailed or kPredicateFailed
+  std::uint8_t expect_stop = 0;             // < request.ops.size(); 0 with kDone
+  std::uint32_t expect_err = 0;             // nonzero exactly with kOpFailed
+  Request request;
+  friend bool operator==(const Entry&, const Entry&) = default;
+};
+
+enum class FetchMode : std::uint8_t {
+  kTrace = 0,  // the facts the traced request reads when executed as an entry of the stream
+  kKeys = 1,   // per key: its value, or where the next key is
+};
+
 // One operation. Fields not used by `code` stay at their defaults (the decoder leaves them so, and the
 // encoder ignores them), so two equal ops compare equal.
 struct Op {
@@ -154,12 +200,19 @@ struct Op {
   std::uint64_t size = 0, atime_ns = 0, mtime_ns = 0;  // SETATTR
   std::string target;        // SYMLINK
   std::uint64_t cookie = 0;  // READDIR, READDIRPLUS
+  std::uint64_t time_ns = 0;  // TIME
+  std::uint64_t stream = 0;   // FETCH (trace), RESERVE, STAGE, EPOCH, STREAM_CLOSE
+  FetchMode fetch_mode = FetchMode::kTrace;  // FETCH
+  Request trace;                 // FETCH trace: the request to trace (an entry's request)
+  std::vector<ObjectKey> keys;   // FETCH keys: 1..kFetchKeysMax canonical keys
+  std::uint16_t reserve = 0;     // RESERVE: 1..kReserveCountMax inode numbers
+  std::uint64_t epoch = 0;       // STAGE, EPOCH: >= 1
+  std::uint64_t prev = 0;        // EPOCH: < epoch
+  std::uint32_t part = 0;        // STAGE: < kStagePartsMax
+  std::uint32_t parts = 0;       // EPOCH: staged parts, <= kStagePartsMax
+  Digest parts_digest;           // EPOCH: parts_digest() of the staged parts' bytes
+  std::vector<Entry> entries;    // STAGE (1..kEntriesMax), EPOCH (0..kEntriesMax inline)
   friend bool operator==(const Op&, const Op&) = default;
-};
-
-struct Request {
-  std::vector<Op> ops;  // 1..kCompoundOpsMax
-  friend bool operator==(const Request&, const Request&) = default;
 };
 
 struct Attr {
@@ -196,6 +249,35 @@ struct StatFs {
   friend bool operator==(const StatFs&, const StatFs&) = default;
 };
 
+// What FETCH returns: facts about the state the replica executed it at.
+enum class FactKind : std::uint8_t {
+  kValue = 1,   // `key` holds `value`
+  kAbsent = 2,  // `key` is absent
+  kNext = 3,    // no key in [key, next), and `next` is present; without next: no key at or after `key`
+};
+struct Fact {
+  FactKind kind = FactKind::kValue;
+  ObjectKey key;                   // canonical
+  Bytes value;                     // kValue: <= kFactValueBytesMax
+  std::optional<ObjectKey> next;   // kNext: >= key
+  friend bool operator==(const Fact&, const Fact&) = default;
+};
+
+// An inode number RESERVE put into a stream's pool, with the generation its inode will have.
+struct ReservedInode {
+  std::uint64_t ino = 0;
+  std::uint64_t generation = 0;
+  friend bool operator==(const ReservedInode&, const ReservedInode&) = default;
+};
+
+enum class EpochVerdict : std::uint8_t {
+  kApplied = 0,  // every entry matched: the epoch's changes are in the state
+  kChain = 1,    // the stream's last applied epoch is not `prev`
+  kStaging = 2,  // the staged parts are not the ones named (missing, other epoch, other digest, too many entries)
+  kEntry = 3,    // entry #entry did not match; nothing changed
+};
+inline constexpr std::uint8_t kEpochVerdictMax = 3;
+
 // One op's result; only the fields of `code` (and only when err == 0) are meaningful and encoded.
 struct OpResult {
   OpCode code = OpCode::kGetattr;
@@ -208,10 +290,22 @@ struct OpResult {
   std::string target;             // READLINK
   std::vector<DirEntry> entries;  // READDIR, READDIRPLUS
   StatFs statfs;                  // STATFS
+  bool complete = false;          // FETCH: every fact fitted
+  std::vector<Fact> facts;        // FETCH
+  std::uint64_t pool_first = 0;   // RESERVE: the pool index of reserved[0]
+  std::vector<ReservedInode> reserved;  // RESERVE
+  std::uint32_t parts_present = 0;      // STAGE
+  std::uint64_t staged_bytes = 0;       // STAGE
+  EpochVerdict verdict = EpochVerdict::kApplied;  // EPOCH
+  std::uint64_t last_before = 0;        // EPOCH: the stream's last applied epoch when the EPOCH began
+  std::uint32_t entry = 0;              // EPOCH kEntry: the entry's index (staged entries first)
+  Outcome entry_outcome = Outcome::kDone;  // EPOCH kEntry: what the entry actually gave
+  std::uint8_t entry_stop = 0;
+  std::uint32_t entry_err = 0;
+  std::vector<OpResult> entry_result;   // EPOCH kEntry, outcome not done: op #entry_stop's result (one element)
   friend bool operator==(const OpResult&, const OpResult&) = default;
 };
 
-enum class Outcome : std::uint8_t { kDone = 0, kOpFailed = 1, kPredicateFailed = 2, kMalformed = 3 };
 
 struct Result {
   Outcome outcome = Outcome::kDone;
@@ -246,6 +340,20 @@ enum class FsDecodeError : std::uint8_t {
   kBadNodeType,        // MKNOD of a type that is not a FIFO, socket or device
   kAppendWithOffset,   // WRITE with append and a nonzero offset
   kBadAccessMask,      // ACCESS bits beyond r/w/x, or granted bits not wanted (results)
+  kStreamOpNotAlone,   // RESERVE, STAGE, EPOCH or STREAM_CLOSE with other ops in its request
+  kStreamOpInEntry,    // an entry or a traced request holding an op beyond kEntryOpCodeMax
+  kEntryWithoutTime,   // an entry or a traced request whose op 0 is not TIME
+  kBadEntryExpect,     // an entry's expectation: outcome beyond 2, stop beyond its ops, errno against outcome
+  kBadEntryCount,      // a STAGE without entries, or more than kEntriesMax entries
+  kBadFetchMode,       // FETCH mode not 0 or 1
+  kBadKeyCount,        // FETCH keys not 1..kFetchKeysMax
+  kBadKey,             // a key of an unknown kind or with a name longer than kKeyNameBytesMax
+  kBadReserveCount,    // RESERVE count not 1..kReserveCountMax (results: more inodes than that)
+  kBadPart,            // STAGE part >= kStagePartsMax, EPOCH parts > kStagePartsMax
+  kBadEpoch,           // STAGE epoch 0, EPOCH epoch not above prev
+  kBadFact,            // results only: unknown fact tag, a value too long, next below its key
+  kTooManyFacts,       // results only: facts beyond kFetchFactBytesMax
+  kBadVerdict,         // results only: unknown EPOCH verdict, or fields inconsistent with it
 };
 std::string_view to_string(FsDecodeError e);
 // True for the errors decode_request can return (what a kMalformed result may carry as its reason).
@@ -257,6 +365,21 @@ Bytes encode_request(const Request& r);
 FsDecodeError decode_request(std::span<const std::uint8_t> bytes, Request& out);
 // The largest result `op` can produce, whatever the state (the request bound sums these).
 std::size_t worst_case_result_bytes(const Op& op);
+
+// ---- entries (docs/SPECULATION.md §5.3, §5.5) ----
+// A staged part's bytes: u32 n || n * Entry (what STAGE stores and what EPOCH's parts_digest covers).
+// Preconditions of encode_entries: valid entries (asserted cheaply).
+Bytes encode_entries(std::span<const Entry> entries);
+// Accepts what encode_entries produces from 1..kEntriesMax valid entries.
+FsDecodeError decode_entries(std::span<const std::uint8_t> bytes, std::vector<Entry>& out);
+// BLAKE2b-256 over the parts' bytes in part order (EPOCH's parts_digest).
+Digest parts_digest(std::span<const Bytes> parts);
+// The bytes `f` takes in a FETCH result (what the kFetchFactBytesMax cap counts).
+std::size_t encoded_fact_bytes(const Fact& f);
+// Whether `actual` (an execution of entry.request) is what the entry expects.
+bool entry_matches(const Entry& entry, const Result& actual);
+// The expectation that `actual` gives (outcome, stop and the errno the matching rule compares).
+void set_expectation(Entry& entry, const Result& actual);
 
 // ---- results ----
 void encode_op_result(const OpResult& r, Bytes& out);

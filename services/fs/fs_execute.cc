@@ -24,6 +24,7 @@ bool predicate_matches(const Expect& e, const OpResult& r) {
 }  // namespace
 
 Bytes FsService::Impl::execute(const ExecContext& ctx, std::span<const std::uint8_t> bytes) {
+  BFT_ASSERT(!partial);
   BFT_ASSERT(!installing);
   BFT_ASSERT(ctx.seq >= last_executed);  // batches execute in order (several requests share a seq)
   last_executed = ctx.seq;
@@ -36,6 +37,7 @@ Bytes FsService::Impl::execute(const ExecContext& ctx, std::span<const std::uint
     return encode_checked(res);
   }
   cur_seq = ctx.seq;
+  cur_client = ctx.client;
   now = ctx.timestamp_ns;
   mutating = true;
   const Result res = run_request(req);
@@ -44,7 +46,8 @@ Bytes FsService::Impl::execute(const ExecContext& ctx, std::span<const std::uint
   return encode_checked(res);
 }
 
-bool FsService::Impl::execute_read_only(std::span<const std::uint8_t> bytes, Bytes& result) {
+bool FsService::Impl::execute_read_only(NodeId client, std::span<const std::uint8_t> bytes, Bytes& result) {
+  BFT_ASSERT(!partial);
   BFT_ASSERT(!installing);
   if (!store.corrupt_partitions().empty()) return false;  // nothing is answered from a damaged store
   Request req;
@@ -53,6 +56,8 @@ bool FsService::Impl::execute_read_only(std::span<const std::uint8_t> bytes, Byt
     if (!is_read_only(op.code)) return false;
   }
   BFT_ASSERT(!mutating);
+  cur_client = client;
+  now = 0;  // a read-only request changes no time; a TIME op may set one for its FETCH trace
   const std::uint64_t corrupt_before = store.corrupt_reads();
   result = encode_checked(run_request(req));
   return store.corrupt_reads() == corrupt_before;
@@ -64,9 +69,7 @@ Result FsService::Impl::run_request(const Request& req) {
     return run_ops(req, request_mark);
   } catch (const CorruptRead&) {
     // Never returned (the engine checks damaged_partitions() after every execution), but defined: EIO.
-    restore_to(request_mark);
-    touched.clear();
-    overflow = false;
+    abandon(request_mark);
     Result res;
     res.outcome = Outcome::kOpFailed;
     res.stop = 0;
@@ -132,6 +135,14 @@ std::uint32_t FsService::Impl::run_op(const Op& op, const std::vector<OpResult>&
     case OpCode::kStatfs: return op_statfs(op, earlier, out);
     case OpCode::kAccess: return op_access(op, earlier, out);
     case OpCode::kFsync: return op_getattr(op, earlier, out);  // the replicated state is durable by checkpoints
+    case OpCode::kTime:
+      now = op.time_ns;
+      return err::kOk;
+    case OpCode::kFetch: return op_fetch(op, out);
+    case OpCode::kReserve: return op_reserve(op, out);
+    case OpCode::kStage: return op_stage(op, out);
+    case OpCode::kEpoch: return op_epoch(op, out);
+    case OpCode::kStreamClose: return op_stream_close(op);
   }
   BFT_UNREACHABLE();
 }

@@ -22,6 +22,9 @@ struct Tally {
   std::map<std::uint64_t, std::uint64_t> blocks;   // ino -> data objects
   std::map<std::uint64_t, std::uint64_t> bytes;    // ino -> bytes in them
   std::uint64_t data_objects = 0;
+  std::uint64_t pooled = 0;  // reserved inode numbers (counted as used, no inode yet)
+  std::map<std::string, std::uint64_t> staged_bytes;  // stream name -> bytes in its staged chunks
+  std::map<std::string, std::uint32_t> staged_parts;  // stream name -> parts (their chunk 0)
 };
 
 // "" and every inode in `inodes`, or the first object that is not a well-formed value of its key.
@@ -63,6 +66,47 @@ std::string check_name_object(const Objects& all, const Inodes& inodes, const Ob
   return "";
 }
 
+// A stream object against its stream: pool entries in [head, tail) naming numbers not in use, staged chunks
+// counted in the stream's record.
+std::string check_stream_object(const Objects& all, const Inodes& inodes, const Super& s, const ObjectKey& k,
+                                const Value& v, Tally& t) {
+  const StreamId sid = stream_of(k);
+  const auto owner = all.find(stream_key(sid));
+  StreamRec rec;
+  if (owner == all.end() || !decode_stream(*owner->second, rec)) return "stream object without its stream";
+  if (k.kind == Kind::kPool) {
+    std::uint64_t head = 0;
+    const auto h = all.find(pool_head_key(sid));
+    if (h != all.end()) decode_u64(*h->second, head);
+    const std::uint64_t index = pool_index_of(k);
+    if (index < head || index >= rec.pool_tail) return "pool entry outside [head, tail)";
+    ReservedInode ri;
+    decode_reserved(*v, ri);
+    if (inodes.count(ri.ino) != 0) return "reserved inode number in use";
+    if (all.count(ObjectKey::free_ino(ri.ino)) != 0) return "reserved inode number also free";
+    if (ri.ino >= s.next_ino) return "reserved inode number beyond next_ino";
+    ++t.pooled;
+  }
+  if (k.kind == Kind::kStaged) {
+    t.staged_bytes[k.name.substr(0, 12)] += v->size();
+    if (chunk_of(k) == 0) ++t.staged_parts[k.name.substr(0, 12)];
+  }
+  if (k.kind == Kind::kStream && rec.last_seq == 0) return "stream never changed";
+  return "";
+}
+
+// Every stream's record against its staged chunks.
+std::string check_stream_counts(const Objects& all, Tally& t) {
+  for (auto it = all.lower_bound(ObjectKey{0, Kind::kStream, 0, {}});
+       it != all.end() && it->first.ino == 0 && it->first.kind == Kind::kStream; ++it) {
+    StreamRec rec;
+    decode_stream(*it->second, rec);
+    if (rec.staged_bytes != t.staged_bytes[it->first.name]) return "staged byte count wrong";
+    if (rec.parts_present != t.staged_parts[it->first.name]) return "staged part count wrong";
+  }
+  return "";
+}
+
 // One object against the others (its kind's rules), counting what the inodes are checked against later.
 std::string check_object(const Objects& all, const Inodes& inodes, const Super& s, const ObjectKey& k,
                          const Value& v, std::uint64_t positions, Tally& t) {
@@ -94,6 +138,11 @@ std::string check_object(const Objects& all, const Inodes& inodes, const Super& 
       t.bytes[k.ino] += v->size();
       ++t.data_objects;
       break;
+    case Kind::kStream:
+    case Kind::kPoolHead:
+    case Kind::kPool:
+    case Kind::kStaged:
+      return check_stream_object(all, inodes, s, k, v, t);
   }
   return "";
 }
@@ -142,8 +191,10 @@ std::string FsService::Impl::check_invariants() const {
   }
   e = check_inode_counts(inodes, t);
   if (!e.empty()) return e;
+  e = check_stream_counts(all, t);
+  if (!e.empty()) return e;
   if (inodes.count(kRootIno) == 0) return "no root";
-  if (s.used_inodes != inodes.size()) return "used_inodes wrong";
+  if (s.used_inodes != inodes.size() + t.pooled) return "used_inodes wrong";
   if (s.used_blocks != t.data_objects) return "used_blocks wrong";
   return "";
 }

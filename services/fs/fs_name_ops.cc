@@ -67,10 +67,9 @@ std::uint32_t FsService::Impl::make_node(const Op& op, const std::vector<OpResul
     if (op.target.size() > kSymlinkBytesMax) return err::kNameTooLong;
     if (op.target.find('\0') != std::string::npos) return err::kInval;
   }
-  Super s = load_super();
   std::uint64_t ino = 0;
   std::uint64_t gen = 0;
-  e = alloc_inode(s, ino, gen);
+  e = take_inode(ino, gen);
   if (e != err::kOk) return e;
   Inode n = new_inode(ino, gen, type, mode, op.cred, dir);
   if (type == FileType::kSymlink) {
@@ -82,7 +81,6 @@ std::uint32_t FsService::Impl::make_node(const Op& op, const std::vector<OpResul
   if (type == FileType::kDirectory) ++dir.nlink;
   save_inode(n);
   save_inode(dir);
-  save_super(s);
   out.attr = attr_of(n);
   return err::kOk;
 }
@@ -279,7 +277,7 @@ std::uint32_t FsService::Impl::op_readdir(const Op& op, const std::vector<OpResu
   if (from == UINT64_MAX) return err::kOk;
   ++from;
   for (;;) {
-    const std::optional<ObjectKey> k = store.first_at_or_after(ObjectKey::entry(dir.ino, from));
+    const std::optional<ObjectKey> k = first_at_or_after(ObjectKey::entry(dir.ino, from));
     if (!k.has_value() || k->ino != dir.ino || k->kind != Kind::kEntry) break;
     if (out.entries.size() >= op.count) {
       out.eof = false;

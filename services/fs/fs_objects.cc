@@ -12,13 +12,26 @@ Value FsService::Impl::get(const ObjectKey& k) const {
   const std::uint64_t before = store.corrupt_reads();
   Value v = store.get(k);
   if (store.corrupt_reads() != before) throw CorruptRead{};
+  if (tracer != nullptr) trace_get(k, v);
   return v;
+}
+
+std::optional<ObjectKey> FsService::Impl::first_at_or_after(const ObjectKey& from) const {
+  std::optional<ObjectKey> found = store.first_at_or_after(from);
+  if (tracer != nullptr) trace_scan(from, found);
+  return found;
+}
+
+void FsService::Impl::require_consistent(bool ok) const {
+  if (ok) return;
+  if (partial) throw InconsistentState{};
+  BFT_UNREACHABLE();  // the invariants of the whole state (fs_invariants.cc) say this cannot happen
 }
 
 Super FsService::Impl::load_super() const {
   Super s;
   const Value v = get(ObjectKey::super());
-  BFT_ASSERT(v != nullptr);  // present from the start; installs are checked for it
+  require_consistent(v != nullptr);  // present from the start; installs are checked for it
   const bool decoded = decode_super(*v, s);
   BFT_ASSERT(decoded);  // every value was validated when it entered the store
   return s;
@@ -66,7 +79,7 @@ std::uint32_t FsService::Impl::find_entry(std::uint64_t dir, const std::string& 
 }
 
 std::uint32_t FsService::Impl::check_room(const Inode& dir, std::uint64_t leaving) const {
-  BFT_ASSERT(dir.entries >= leaving);
+  require_consistent(dir.entries >= leaving);  // the entries leaving were found in it
   return dir.entries - leaving < opt.dir_positions ? err::kOk : err::kNoSpc;
 }
 
@@ -83,7 +96,8 @@ std::uint64_t FsService::Impl::free_position(const Inode& dir, const std::string
     if (get(ObjectKey::entry(dir.ino, pos)) == nullptr) return pos;
     pos = dir_position_next(pos, opt.dir_positions);
   }
-  BFT_UNREACHABLE();  // more kEntry objects than dir.entries: the invariant walk would have caught it
+  require_consistent(false);  // more kEntry objects than dir.entries: the invariant walk would have caught it
+  return pos;
 }
 
 void FsService::Impl::add_entry(Inode& dir, const std::string& name, std::uint64_t ino, FileType type) {
@@ -97,7 +111,7 @@ void FsService::Impl::add_entry(Inode& dir, const std::string& name, std::uint64
 }
 
 void FsService::Impl::remove_entry(Inode& dir, const std::string& name, std::uint64_t cookie) {
-  BFT_ASSERT(dir.entries > 0);
+  require_consistent(dir.entries > 0);
   erase(ObjectKey::dir_name(dir.ino, name));
   erase(ObjectKey::entry(dir.ino, cookie));
   --dir.entries;
@@ -107,11 +121,13 @@ void FsService::Impl::remove_entry(Inode& dir, const std::string& name, std::uin
 
 std::uint32_t FsService::Impl::alloc_inode(Super& s, std::uint64_t& ino, std::uint64_t& gen) {
   if (s.used_inodes >= opt.inodes_max) return err::kNoSpc;
-  const std::optional<ObjectKey> k = store.first_at_or_after(ObjectKey::free_ino(0));
+  const std::optional<ObjectKey> k = first_at_or_after(ObjectKey::free_ino(0));
   if (k.has_value() && k->ino == 0 && k->kind == Kind::kFree) {
     std::uint64_t last = 0;
-    const bool decoded = decode_u64(*get(*k), last);
-    BFT_ASSERT(decoded);
+    const Value v = get(*k);
+    require_consistent(v != nullptr);  // a scan found it
+    const bool decoded = decode_u64(*v, last);
+    BFT_ASSERT(decoded);  // validated when it entered the store
     ino = k->index;
     gen = last + 1;
     erase(*k);
@@ -121,6 +137,14 @@ std::uint32_t FsService::Impl::alloc_inode(Super& s, std::uint64_t& ino, std::ui
   }
   ++s.used_inodes;
   return err::kOk;
+}
+
+std::uint32_t FsService::Impl::take_inode(std::uint64_t& ino, std::uint64_t& gen) {
+  if (pool.has_value()) return take_from_pool(*pool, ino, gen);
+  Super s = load_super();
+  const std::uint32_t e = alloc_inode(s, ino, gen);
+  if (e == err::kOk) save_super(s);
+  return e;
 }
 
 Inode FsService::Impl::new_inode(std::uint64_t ino, std::uint64_t gen, FileType type, std::uint32_t mode,
@@ -146,14 +170,16 @@ Inode FsService::Impl::new_inode(std::uint64_t ino, std::uint64_t gen, FileType 
 
 void FsService::Impl::erase_blocks_from(Inode& n, Super& s, std::uint64_t first) {
   for (;;) {
-    const std::optional<ObjectKey> k = store.first_at_or_after(ObjectKey::data(n.ino, first));
+    const std::optional<ObjectKey> k = first_at_or_after(ObjectKey::data(n.ino, first));
     if (!k.has_value() || k->ino != n.ino || k->kind != Kind::kData) break;
-    const std::uint64_t bytes = get(*k)->size();
-    BFT_ASSERT(n.stored_bytes >= bytes);
+    const Value v = get(*k);
+    require_consistent(v != nullptr);  // a scan found it
+    const std::uint64_t bytes = v->size();
+    require_consistent(n.stored_bytes >= bytes);
     n.stored_bytes -= bytes;
     erase(*k);
-    BFT_ASSERT(n.stored_blocks > 0);
-    BFT_ASSERT(s.used_blocks > 0);
+    require_consistent(n.stored_blocks > 0);
+    require_consistent(s.used_blocks > 0);
     --n.stored_blocks;
     --s.used_blocks;
     first = k->index;
@@ -164,12 +190,12 @@ void FsService::Impl::free_inode(Inode& n, Super& s) {
   erase_blocks_from(n, s, 0);
   erase(ObjectKey::inode(n.ino));
   put(ObjectKey::free_ino(n.ino), encode_u64(n.generation));
-  BFT_ASSERT(s.used_inodes > 0);
+  require_consistent(s.used_inodes > 0);
   --s.used_inodes;
 }
 
 void FsService::Impl::unlink_inode(Inode& n, Super& s) {
-  BFT_ASSERT(n.nlink > 0);
+  require_consistent(n.nlink > 0);
   --n.nlink;
   if (n.nlink == 0) {
     free_inode(n, s);

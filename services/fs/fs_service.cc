@@ -51,6 +51,14 @@ FsService::Impl::Impl(std::unique_ptr<CheckpointedStore> owned, FsOptions o)
   last_executed = committed;
 }
 
+FsService::Impl::Impl(PartialState, std::unique_ptr<CheckpointedStore> owned, FsOptions o)
+    : opt(o), partial(true), owned_store(std::move(owned)), store(*owned_store) {
+  BFT_ASSERT(opt.partitions > 0);
+  BFT_ASSERT(opt.dir_positions >= 1);
+  BFT_ASSERT(opt.dir_positions <= kDirPositionsMax);
+  BFT_ASSERT(store.partition_count() == opt.partitions);
+}
+
 void FsService::Impl::put_initial_objects() {
   Super sup;
   sup.next_ino = kRootIno + 1;
@@ -72,12 +80,29 @@ FsService::FsService(SnapshotStore* store, FsOptions options)
     : FsService(std::make_unique<MemoryCheckpointedStore>(store, options.partitions), options) {}
 FsService::FsService(std::unique_ptr<CheckpointedStore> store, FsOptions options)
     : impl_(std::make_unique<Impl>(std::move(store), options)) {}
+FsService::FsService(PartialState tag, std::unique_ptr<CheckpointedStore> store, FsOptions options)
+    : impl_(std::make_unique<Impl>(tag, std::move(store), options)) {}
 FsService::~FsService() = default;
+
+bool valid_object(const ObjectKey& key, const Bytes& value) { return value_ok(key, value); }
 
 Bytes FsService::execute(const ExecContext& ctx, std::span<const std::uint8_t> op) { return impl_->execute(ctx, op); }
 bool FsService::execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) {
-  (void)client;  // credentials travel in each op
-  return impl_->execute_read_only(op, result);
+  return impl_->execute_read_only(client, op, result);  // credentials travel in each op; the client names streams
+}
+EntryRun FsService::execute_entry(const ExecContext& ctx, std::uint64_t stream, const Request& request) {
+  return impl_->execute_entry(ctx, stream, request);
+}
+std::vector<ObjectKey> FsService::uncommitted_keys() const {
+  BFT_ASSERT(impl_->partial);
+  std::vector<ObjectKey> keys;
+  keys.reserve(impl_->undo_keys.size());
+  for (const auto& [k, n] : impl_->undo_keys) keys.push_back(k);
+  return keys;
+}
+bool FsService::is_uncommitted(const ObjectKey& key) const {
+  BFT_ASSERT(impl_->partial);
+  return impl_->undo_keys.count(key) != 0;
 }
 void FsService::commit_through(std::uint64_t seq) { impl_->commit_through(seq); }
 void FsService::rollback_to(std::uint64_t seq) { impl_->rollback_to(seq); }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "protocol/service.h"
 #include "services/fs/checkpointed_store.h"
@@ -19,6 +20,14 @@ namespace bftfs::fs {
 inline constexpr std::uint32_t kBlockBytes = 64u * 1024;  // file data object size (and statfs bsize)
 inline constexpr std::uint32_t kLinkMax = 65000;
 inline constexpr std::uint64_t kRootIno = 1;
+
+// Limits of the speculation streams (docs/SPECULATION.md §5.9), the same on every replica.
+inline constexpr std::uint32_t kStreamsPerClientMax = 64;
+inline constexpr std::uint64_t kPoolInodesMax = 65536;          // reserved and not yet used, per stream
+inline constexpr std::uint64_t kStagedBytesMax = 16u << 20;     // staged parts' bytes, per stream
+// A stream whose last RESERVE, STAGE or applied EPOCH is this many sequence numbers old is erased by the next
+// RESERVE or applied EPOCH of the same client (a run that crashed leaks nothing for good).
+inline constexpr std::uint64_t kStreamIdleSeqs = 1ull << 20;
 
 // Fixed for the life of the service; every replica must use the same options (as with ShimOptions).
 struct FsOptions {
@@ -36,6 +45,23 @@ struct FsOptions {
   std::uint64_t dir_positions = (1ull << 63) - 3;
 };
 
+// What FsService::execute_entry gives (docs/SPECULATION.md §5.3). Over a store that holds the whole state only
+// `result` is ever set; over a partial store (the local model, spec/) the entry may instead end early, changing
+// nothing.
+struct EntryRun {
+  Result result;                   // when complete()
+  std::vector<ObjectKey> missing;  // keys, or starts of scans, the store could not answer (FETCH them)
+  bool inconsistent = false;       // the store's facts contradict each other (drop the clean ones, fetch again)
+  bool complete() const { return missing.empty() && !inconsistent; }
+};
+
+// Selects FsService's constructor over a partial store.
+struct PartialState {};
+
+// Whether `value` is a well-formed value of `key` (what a state-transfer install accepts). The local model checks
+// fetched facts with it: the service never meets a value it cannot decode.
+bool valid_object(const ObjectKey& key, const Bytes& value);
+
 class FsService final : public Service {
  public:
   // State in memory (MemoryCheckpointedStore): `store` may be null (no durability). If it holds a snapshot
@@ -44,6 +70,10 @@ class FsService final : public Service {
   // State in `store` (e.g. the replica's DiskObjectStore), which must have options.partitions partitions. A store
   // without a checkpoint gets the initial state as checkpoint 0; otherwise the service starts from its latest.
   FsService(std::unique_ptr<CheckpointedStore> store, FsOptions options);
+  // Over a store that holds part of the state (spec/'s CachingObjectStore): no initial state is put and nothing
+  // is read at construction. Only execute_entry, commit_through, rollback_to and the inspection members may be
+  // called; a read the store cannot answer ends the entry with EntryRun::missing.
+  FsService(PartialState, std::unique_ptr<CheckpointedStore> store, FsOptions options);
   ~FsService() override;
   FsService(const FsService&) = delete;
   FsService& operator=(const FsService&) = delete;
@@ -70,6 +100,19 @@ class FsService final : public Service {
   // The store's corrupt partitions. A request that read corrupt bytes is undone and answered EIO, which the
   // engine never sends; execute_read_only answers nothing once any partition is corrupt.
   std::vector<std::uint64_t> damaged_partitions() const override;
+
+  // ---- speculation (docs/SPECULATION.md §5.3) ----
+  // Runs `request` as an entry of stream (ctx.client, stream) runs inside an EPOCH: ops in order, all or
+  // nothing, with the times its TIME ops set (op 0 is one) and inode numbers for creates from the front of the
+  // stream's pool. Precondition: an entry's request (decode_request accepts it, op 0 is TIME, no op beyond
+  // kEntryOpCodeMax); ctx.seq >= the last executed seq. Its changes stay, recorded for undo under ctx.seq
+  // (the local model passes the epoch). The result depends only on the state, ctx.client, `stream` and
+  // `request`, never on ctx.seq or ctx.timestamp_ns. Whether it matches an entry is fs::entry_matches.
+  EntryRun execute_entry(const ExecContext& ctx, std::uint64_t stream, const Request& request);
+  // Over a partial store: the keys an execution not yet committed changed (the overlay), in key order, and
+  // whether one key is among them.
+  std::vector<ObjectKey> uncommitted_keys() const;
+  bool is_uncommitted(const ObjectKey& key) const;
 
   // ---- inspection (tests, simulator) ----
   // "" if the whole state is consistent (link counts, entry pairs, parents, usage counters, sizes), else the

@@ -13,14 +13,25 @@
 //   fs_undo.cc        changing objects with an undo record, and commit and rollback of tentative execution
 //   fs_checkpoint.cc  checkpoints and the state-transfer install
 //   fs_invariants.cc  the cheap checks after every request and the full walk for tests
+//   fs_entries.cc     speculation (docs/SPECULATION.md §5): entries (execute_entry, TIME, creates from a
+//                     stream's pool)
+//   fs_fetch.cc       FETCH: objects by key, and the trace of what an entry reads
+//   fs_streams.cc     stream objects: RESERVE, STAGE, STREAM_CLOSE, staged parts, idle streams
+//   fs_epoch.cc       EPOCH: the chain, the staged parts, the entries all or nothing
 // Value formats are in fs_state.h, the POSIX rules in fs_permissions.h.
 //
 // Every op first checks everything it can (handles, types, names, permissions, limits) and only then mutates,
 // through put()/erase(), which record undo. Partition overflow is the one failure found while mutating; it is
 // handled like any failure: the op's changes are undone.
+//
+// Over a partial store (the local model, `partial`) the state is a mixture of facts fetched at different times,
+// so what the full state guarantees (link counts, usage counters, entry pairs) may not hold: the checks of such
+// guarantees go through require_consistent(), which asserts on a replica and, in the model, ends the entry as
+// inconsistent (an exception caught at the request boundary, like a corrupt read).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -41,8 +52,36 @@ struct FsService::Impl {
   struct UndoRec {
     std::uint64_t seq = 0;
     ObjectKey key;
-    Value old;  // null: the key was absent
+    Value old;          // null: the key was absent
+    bool known = true;  // false: a partial store did not know it (undo forgets the key)
   };
+
+  // What FETCH's trace mode gathers while the traced request runs (fs_fetch.cc): facts about the state before
+  // it, in the order the request read them.
+  struct Tracer {
+    std::map<ObjectKey, Value> initial;  // keys the traced request changed: their values before it (null: absent)
+    std::set<ObjectKey> read;            // keys whose value was reported
+    std::set<ObjectKey> scanned;         // scan starts reported
+    std::vector<Fact> facts;
+    std::size_t bytes = 0;
+    bool complete = true;
+    // Appends `f` unless the facts would exceed kFetchFactBytesMax (then nothing more is appended).
+    void add(Fact f);
+  };
+
+  // Sets a member for a scope and puts the old value back on any exit (exceptions included).
+  template <typename T>
+  struct Scoped {
+    Scoped(T& ref, T value) : ref_(ref), saved_(std::move(ref)) { ref_ = std::move(value); }
+    ~Scoped() { ref_ = std::move(saved_); }
+    Scoped(const Scoped&) = delete;
+    Scoped& operator=(const Scoped&) = delete;
+    T& ref_;
+    T saved_;
+  };
+
+  // Thrown by require_consistent over a partial store.
+  struct InconsistentState {};
 
   // What RENAME found while checking its operands; apply_rename changes the state from it.
   struct RenamePlan {
@@ -60,13 +99,15 @@ struct FsService::Impl {
   // Opens the state in `owned` (which must have opt.partitions partitions); a store without a checkpoint gets
   // the initial state as checkpoint 0.
   Impl(std::unique_ptr<CheckpointedStore> owned, FsOptions o);
+  // Over a partial store: nothing is read or put.
+  Impl(PartialState, std::unique_ptr<CheckpointedStore> owned, FsOptions o);
   // The superblock and the root directory, owned by opt.root_uid/root_gid with opt.root_mode.
   void put_initial_objects();
 
   // ---- fs_execute.cc ----
   // Service::execute and Service::execute_read_only (see fs_service.h).
   Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> bytes);
-  bool execute_read_only(std::span<const std::uint8_t> bytes, Bytes& result);
+  bool execute_read_only(NodeId client, std::span<const std::uint8_t> bytes, Bytes& result);
   // Runs a decoded request all or nothing (docs/FILESERVICE.md §1, §4).
   Result run_request(const Request& req);
   // run_request without the corrupt-read handling; `request_mark` is the undo log's size before the request.
@@ -108,6 +149,11 @@ struct FsService::Impl {
   void truncate(Inode& n, Super& s, std::uint64_t size);
 
   // ---- fs_objects.cc: reads (verified by the store) ----
+  // A read of the state: the store's answer, reported to FETCH's tracer when one is active. Throws CorruptRead,
+  // and over a partial store UnknownKey.
+  std::optional<ObjectKey> first_at_or_after(const ObjectKey& from) const;
+  // Asserts `ok` over the whole state; over a partial store throws InconsistentState when it fails.
+  void require_consistent(bool ok) const;
   // Thrown by get() when the store's bytes failed their checksum: the request stops at once (its changes are
   // undone) and nothing computed from the bad bytes is used; the engine learns of the damage through
   // damaged_partitions() and never sends this replica's result. An exception because a corrupt read can happen
@@ -140,6 +186,9 @@ struct FsService::Impl {
   std::uint64_t capacity_blocks() const { return opt.capacity_bytes / kBlockBytes; }
   // A free inode number (the lowest freed one, with its next generation, else a new one) or ENOSPC.
   std::uint32_t alloc_inode(Super& s, std::uint64_t& ino, std::uint64_t& gen);
+  // The inode number of a new inode: inside an entry the front of the stream's pool (fs_entries.cc), else
+  // alloc_inode (saving the superblock). ENOSPC when there is none.
+  std::uint32_t take_inode(std::uint64_t& ino, std::uint64_t& gen);
   // A new inode made by `c` in `dir`, with Linux's rules for its group and set-id bits.
   Inode new_inode(std::uint64_t ino, std::uint64_t gen, FileType type, std::uint32_t mode, const Cred& c,
                   const Inode& dir) const;
@@ -158,9 +207,61 @@ struct FsService::Impl {
   void erase(const ObjectKey& k);
   // Undoes every change recorded after the undo log had `mark` records, newest first.
   void restore_to(std::size_t mark);
+  // Partial: one undo record of `k` is gone.
+  void drop_undo_key(const ObjectKey& k);
   // Service::commit_through and Service::rollback_to.
   void commit_through(std::uint64_t seq);
   void rollback_to(std::uint64_t seq);
+
+  // ---- fs_entries.cc ----
+  EntryRun execute_entry(const ExecContext& ctx, std::uint64_t stream, const Request& req);
+  // run_ops as an entry of `sid`: creates take the front of its pool.
+  Result run_as_entry(const Request& req, const StreamId& sid);
+  // The front of `sid`'s pool, taken (ENOSPC when the pool is empty).
+  std::uint32_t take_from_pool(const StreamId& sid, std::uint64_t& ino, std::uint64_t& gen);
+  // Undoes a request that ended by an exception (back to `mark`) and clears what an op leaves set.
+  void abandon(std::size_t mark);
+
+  // ---- fs_fetch.cc ----
+  std::uint32_t op_fetch(const Op& op, OpResult& out);
+  void fetch_keys(const Op& op, OpResult& out) const;
+  void fetch_trace(const Op& op, OpResult& out);
+  // Report a read to the tracer: get(k) gave `v`; first_at_or_after(from) gave `found`.
+  void trace_get(const ObjectKey& k, const Value& v) const;
+  void trace_scan(const ObjectKey& from, const std::optional<ObjectKey>& found) const;
+  // The least key >= `from` of the state before the traced request.
+  std::optional<ObjectKey> initial_first_at_or_after(const ObjectKey& from) const;
+
+  // ---- fs_streams.cc ----
+  std::uint32_t op_reserve(const Op& op, OpResult& out);
+  std::uint32_t op_stage(const Op& op, OpResult& out);
+  std::uint32_t op_stream_close(const Op& op);
+  // The stream's record; false (and a fresh record) if it does not exist.
+  bool load_stream(const StreamId& sid, StreamRec& out) const;
+  void save_stream(const StreamId& sid, const StreamRec& rec);
+  std::uint64_t load_pool_head(const StreamId& sid) const;
+  // The client's streams other than `keep`; with `expire`, those idle kStreamIdleSeqs are erased first and not
+  // counted.
+  std::uint32_t other_streams(const StreamId& keep, bool expire);
+  // ENOSPC if a stream `sid` that does not exist yet would be the client's (kStreamsPerClientMax + 1)th; with
+  // `expire`, idle streams are erased first.
+  std::uint32_t check_stream_room(const StreamId& sid, bool exists, bool expire);
+  // Returns the pool's inode numbers to the free list as they were and erases every object of the stream.
+  void erase_stream(const StreamId& sid, const StreamRec& rec);
+  // Erases every staged part of the stream (its record's counters are reset by the caller's copy).
+  void erase_staged(const StreamId& sid, StreamRec& rec);
+  // A staged part's bytes (empty if the part is not present).
+  Bytes read_part(const StreamId& sid, std::uint32_t part) const;
+  void write_part(const StreamId& sid, std::uint32_t part, const Bytes& bytes, StreamRec& rec);
+  void erase_part(const StreamId& sid, std::uint32_t part, StreamRec& rec);
+
+  // ---- fs_epoch.cc ----
+  std::uint32_t op_epoch(const Op& op, OpResult& out);
+  // The staged entries an EPOCH names, in part order; false if they are not the ones it names (kStaging).
+  bool collect_staged(const Op& op, const StreamId& sid, bool exists, const StreamRec& rec,
+                      std::vector<Entry>& out) const;
+  // Runs the entries in order; at the first that does not match, undoes all of them and reports it in `out`.
+  bool run_epoch_entries(const std::vector<const Entry*>& entries, const StreamId& sid, OpResult& out);
 
   // ---- fs_checkpoint.cc ----
   CheckpointId checkpoint(std::uint64_t seq);
@@ -177,6 +278,7 @@ struct FsService::Impl {
   std::string check_invariants() const;
 
   FsOptions opt;
+  bool partial = false;  // over a partial store (the local model)
   std::unique_ptr<CheckpointedStore> owned_store;
   CheckpointedStore& store;
   CheckpointId recovered;
@@ -190,7 +292,11 @@ struct FsService::Impl {
   bool mutating = false;
   bool overflow = false;
   std::uint64_t cur_seq = 0;
-  std::uint64_t now = 0;
+  NodeId cur_client = 0;   // ExecContext::client of the request executing
+  std::uint64_t now = 0;   // the time of the op executing (the batch's, or the last TIME before it)
+  std::optional<StreamId> pool;  // inside an entry: the stream whose pool creates take from
+  Tracer* tracer = nullptr;      // during FETCH's trace: where reads are reported
+  std::map<ObjectKey, std::uint32_t> undo_keys;  // partial: undo records per key (the overlay)
   std::uint64_t committed = 0;
   std::uint64_t last_executed = 0;
 };

@@ -146,6 +146,25 @@ bool decode_u64(std::span<const std::uint8_t> b, std::uint64_t& v) {
   return r.u64(v) && r.done();
 }
 
+namespace {
+
+// Whether `v` is a well-formed value of a stream kind's key `k` (kStream .. kStaged).
+bool stream_value_ok(const ObjectKey& k, const Bytes& v) {
+  StreamRec s;
+  ReservedInode ri;
+  std::uint64_t u = 0;
+  if (k.ino != 0 || k.index != 0) return false;
+  switch (k.kind) {
+    case Kind::kStream: return k.name.size() == kStreamNameBytes && decode_stream(v, s);
+    case Kind::kPoolHead: return k.name.size() == kStreamNameBytes && decode_u64(v, u);
+    case Kind::kPool: return k.name.size() == kPoolNameBytes && decode_reserved(v, ri);
+    case Kind::kStaged: return k.name.size() == kStagedNameBytes && !v.empty() && v.size() <= kBlockBytes;
+    default: return false;
+  }
+}
+
+}  // namespace
+
 bool value_ok(const ObjectKey& k, const Bytes& v) {
   Super s;
   Inode n;
@@ -161,6 +180,10 @@ bool value_ok(const ObjectKey& k, const Bytes& v) {
     case Kind::kEntry:
       return k.ino != 0 && k.index >= kFirstCookie && k.index <= kCookieMax && decode_entry_rec(v, er);
     case Kind::kData: return k.ino != 0 && !v.empty() && v.size() <= kBlockBytes;
+    case Kind::kStream:
+    case Kind::kPoolHead:
+    case Kind::kPool:
+    case Kind::kStaged: return stream_value_ok(k, v);
   }
   return false;
 }

@@ -16,6 +16,7 @@
 #include "services/fs/fs_codec.h"
 #include "services/fs/fs_service.h"
 #include "services/fs/object_store.h"
+#include "services/fs/stream_objects.h"
 
 namespace bftfs::fs {
 

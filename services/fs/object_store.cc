@@ -10,14 +10,32 @@ namespace bftfs::fs {
 
 namespace {
 constexpr std::uint64_t kEmptyPartitionBytes = 4;  // the count
-constexpr std::uint8_t kKindMax = static_cast<std::uint8_t>(Kind::kData);
 }  // namespace
+
+bool is_canonical(const ObjectKey& key) {
+  const auto kind = static_cast<std::uint8_t>(key.kind);
+  if (kind < 1 || kind > kKindMax) return false;
+  if (is_name_kind(key.kind)) return key.index == 0 && key.name.size() <= 0xFFFF;
+  return key.name.empty();
+}
+
+std::optional<ObjectKey> key_successor(const ObjectKey& key) {
+  BFT_ASSERT(is_canonical(key));
+  // A name followed by NUL is the least string above it; nothing canonical lies between.
+  if (is_name_kind(key.kind) && key.name.size() < 0xFFFF) return ObjectKey{key.ino, key.kind, 0, key.name + '\0'};
+  if (!is_name_kind(key.kind) && key.index < UINT64_MAX) return ObjectKey{key.ino, key.kind, key.index + 1, {}};
+  // Past the last key of its kind: the least key of the next kind (an index of 0 or an empty name).
+  const auto kind = static_cast<std::uint8_t>(key.kind);
+  if (kind < kKindMax) return ObjectKey{key.ino, static_cast<Kind>(kind + 1), 0, {}};
+  if (key.ino < UINT64_MAX) return ObjectKey{key.ino + 1, Kind::kSuper, 0, {}};
+  return std::nullopt;
+}
 
 void encode_key(const ObjectKey& key, Bytes& out) {
   ByteWriter w(out);
   w.u64(key.ino);
   w.u8(static_cast<std::uint8_t>(key.kind));
-  if (key.kind == Kind::kName) {
+  if (is_name_kind(key.kind)) {
     BFT_ASSERT(key.name.size() <= 0xFFFF);
     w.u16(static_cast<std::uint16_t>(key.name.size()));
     w.bytes(key.name);
@@ -27,7 +45,22 @@ void encode_key(const ObjectKey& key, Bytes& out) {
 }
 
 std::size_t encoded_key_bytes(const ObjectKey& key) {
-  return 9 + (key.kind == Kind::kName ? 2 + key.name.size() : 8);
+  return 9 + (is_name_kind(key.kind) ? 2 + key.name.size() : 8);
+}
+
+bool read_key(ByteReader& r, ObjectKey& k) {
+  std::uint8_t kind = 0;
+  if (!r.u64(k.ino) || !r.u8(kind)) return false;
+  if (kind < 1 || kind > kKindMax) return false;
+  k.kind = static_cast<Kind>(kind);
+  k.index = 0;
+  k.name.clear();
+  if (!is_name_kind(k.kind)) return r.u64(k.index);
+  std::uint16_t n = 0;
+  std::span<const std::uint8_t> name;
+  if (!r.u16(n) || !r.view(n, name)) return false;
+  k.name.assign(reinterpret_cast<const char*>(name.data()), name.size());
+  return true;
 }
 
 std::uint64_t partition_of(const ObjectKey& key, std::uint64_t partitions) {
@@ -151,18 +184,7 @@ std::string decode_partition(std::span<const std::uint8_t> bytes, std::uint64_t 
   objects.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
     ObjectKey k;
-    std::uint8_t kind = 0;
-    if (!r.u64(k.ino) || !r.u8(kind)) return "truncated key of object " + std::to_string(i);
-    if (kind < 1 || kind > kKindMax) return "unknown kind in object " + std::to_string(i);
-    k.kind = static_cast<Kind>(kind);
-    if (k.kind == Kind::kName) {
-      std::uint16_t n = 0;
-      Bytes name;
-      if (!r.u16(n) || !r.bytes(n, name)) return "truncated name in object " + std::to_string(i);
-      k.name.assign(name.begin(), name.end());
-    } else if (!r.u64(k.index)) {
-      return "truncated index in object " + std::to_string(i);
-    }
+    if (!read_key(r, k)) return "truncated key or unknown kind in object " + std::to_string(i);
     Bytes v;
     if (!r.blob(v, kPartitionBytesMax)) return "truncated value of object " + std::to_string(i);
     if (!objects.empty() && !(objects.back().first < k)) return "keys not strictly increasing";

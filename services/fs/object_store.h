@@ -20,17 +20,30 @@
 
 #include "common/types.h"
 
+namespace bftfs {
+class ByteReader;
+}
+
 namespace bftfs::fs {
 
-// Object kinds, in key order within an inode number.
+// Object kinds, in key order within an inode number. The kinds from kStream on are the speculation streams'
+// (docs/SPECULATION.md §5.2), all under inode number 0; their names are binary, fields big-endian, so that the
+// order of names is the order of the numbers in them (a client's streams, a part's chunks are contiguous).
 enum class Kind : std::uint8_t {
-  kSuper = 1,  // (0, kSuper, 0)
-  kFree = 2,   // (0, kFree, ino): a free inode number and its last generation
-  kInode = 3,  // (ino, kInode, 0)
-  kName = 4,   // (dir, kName, name)
-  kEntry = 5,  // (dir, kEntry, cookie)
-  kData = 6,   // (ino, kData, block)
+  kSuper = 1,      // (0, kSuper, 0)
+  kFree = 2,       // (0, kFree, ino): a free inode number and its last generation
+  kInode = 3,      // (ino, kInode, 0)
+  kName = 4,       // (dir, kName, name)
+  kEntry = 5,      // (dir, kEntry, cookie)
+  kData = 6,       // (ino, kData, block)
+  kStream = 7,     // (0, kStream, client u32 || stream u64): a stream's chain, staging and pool tail
+  kPoolHead = 8,   // (0, kPoolHead, client || stream): the index of the pool's front (absent: 0)
+  kPool = 9,       // (0, kPool, client || stream || index u64): one reserved inode number
+  kStaged = 10,    // (0, kStaged, client || stream || part u32 || chunk u32): bytes of a staged part
 };
+inline constexpr std::uint8_t kKindMax = 10;
+// Kinds whose keys carry a name (encoded as u16 len || name) instead of an index.
+constexpr bool is_name_kind(Kind k) { return k == Kind::kName || k >= Kind::kStream; }
 
 struct ObjectKey {
   std::uint64_t ino = 0;
@@ -48,13 +61,23 @@ struct ObjectKey {
   static ObjectKey data(std::uint64_t ino, std::uint64_t block) { return {ino, Kind::kData, block, {}}; }
 };
 
+// Canonical keys are those the key encoding below can carry: name kinds with index 0, other kinds with an empty
+// name. Every key a store holds is canonical, and so is every key a scan starts from.
+bool is_canonical(const ObjectKey& key);
+// The smallest canonical key greater than canonical `key` (nullopt past the last one): scans that continue
+// "after" a key (FETCH's trace, the local model's intervals, docs/SPECULATION.md §5.7) start there.
+std::optional<ObjectKey> key_successor(const ObjectKey& key);
+
 // Values are immutable and shared: an undo record or a retained copy costs a pointer, not the bytes.
 using Value = std::shared_ptr<const Bytes>;
 inline Value make_value(Bytes b) { return std::make_shared<const Bytes>(std::move(b)); }
 
-// Key encoding (in partitions and for hashing): u64 ino || u8 kind || (kName: u16 len || name | else u64 index).
+// Key encoding (in partitions, for hashing, and in FETCH's keys and facts):
+// u64 ino || u8 kind || (name kinds: u16 len || name | else u64 index).
 void encode_key(const ObjectKey& key, Bytes& out);
 std::size_t encoded_key_bytes(const ObjectKey& key);
+// Reads one key as encode_key writes it (canonical by construction). False if truncated or of an unknown kind.
+bool read_key(ByteReader& r, ObjectKey& key);
 // The partition of `key` among `partitions`: first 8 bytes of BLAKE2b-256(encoded key), little-endian, mod P.
 std::uint64_t partition_of(const ObjectKey& key, std::uint64_t partitions);
 // Bytes one object adds to its partition's encoding.

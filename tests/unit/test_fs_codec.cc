@@ -60,7 +60,7 @@ std::vector<Op> every_op() {
 std::vector<OpResult> every_result() {
   std::vector<OpResult> out;
   Attr a{9, 2, FileType::kCharDevice, 0600, 1, 5, 6, 10, 0, 1, 2, 3, 0x0801};
-  for (std::uint8_t code = 1; code <= kOpCodeMax; ++code) {
+  for (std::uint8_t code = 1; code <= kFileOpCodeMax; ++code) {  // the speculation ops: test_fs_codec_speculation.cc
     OpResult r;
     r.code = static_cast<OpCode>(code);
     if (returns_attr(r.code)) r.attr = a;

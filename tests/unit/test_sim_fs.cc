@@ -263,7 +263,7 @@ TEST_CASE("fs workload: valid requests that cover every op, form and outcome", "
   REQUIRE(total.requests == 30 * 400);
   CHECK(executions + total.read_only_requests == total.requests);
   CHECK(total.results == total.requests);
-  for (std::uint8_t code = 1; code <= fs::kOpCodeMax; ++code) {
+  for (std::uint8_t code = 1; code <= fs::kFileOpCodeMax; ++code) {
     INFO("op code " << static_cast<int>(code));
     CHECK(total.ops[code] > 0);
   }
