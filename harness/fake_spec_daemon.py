@@ -66,11 +66,13 @@ class FakeSpecDaemon:
 
     def __init__(self, mount: Path, socket_path: Path, *, fail_seals: set[int] | None = None,
                  commit_delay_s: float = 0.05, hideable_us_per_100ms: int = 500_000,
-                 sealed_hidden_us: int = 3_000_000, doom_first: bool = False, stats_text: str = "fake daemon\n"):
+                 sealed_hidden_us: int = 30_000_000, doom_first: bool = False, stats_text: str = "fake daemon\n"):
         self.mount, self.socket_path = Path(mount), Path(socket_path)
         self.fail_seals = set(fail_seals or ())
         self.commit_delay_s, self.hideable = commit_delay_s, hideable_us_per_100ms
-        self.sealed_hidden_us = sealed_hidden_us  # what SEALED says each speculative epoch hid
+        # What SEALED says each speculative epoch hid: by default far more than any checkpoint costs, so that the
+        # policy keeps speculating however slow the machine's dumps are.
+        self.sealed_hidden_us = sealed_hidden_us
         self.doom_first, self.stats_text = doom_first, stats_text
         self.run_dir = "/.bftfs-run/1"
         self.events: list[Event] = []
