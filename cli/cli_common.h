@@ -35,6 +35,9 @@ void error(const std::string& command, const std::string& message);
 std::vector<std::string> split_commas(const std::string& s);
 // Absolute path of the running bftfs executable (for cluster start).
 std::string self_executable();
+// The lock file a mount daemon holds for `mountpoint` (cli_mount.cc); `bftfs run` finds the daemon's control
+// socket next to it, with ".ctl" appended.
+std::string mount_lock_path(const std::string& mountpoint);
 
 // The nearest-rank q-quantile (0..1) of latencies in nanoseconds, in microseconds; 0 for none. Reorders `ns`.
 double percentile_us(std::vector<std::uint64_t>& ns, double q);

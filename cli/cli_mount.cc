@@ -37,6 +37,8 @@ namespace {
 // never resolved: that would ask the file system, which may be hung).
 const char* const kMountLockDir = "/tmp/.bftfs-mount-locks";
 
+}  // namespace
+
 std::string mount_lock_path(const std::string& mountpoint) {
   std::string path = mountpoint;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -55,6 +57,8 @@ std::string mount_lock_path(const std::string& mountpoint) {
   std::snprintf(name, sizeof(name), "/%016llx.lock", static_cast<unsigned long long>(h));
   return std::string(kMountLockDir) + name;
 }
+
+namespace {
 
 // Takes the mount-point lock for this daemon (waits up to 3 s for a daemon that is just finishing). Returns
 // the held fd, or an empty one (then logged: only `bftfs umount`'s wait is affected).

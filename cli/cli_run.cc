@@ -1,40 +1,47 @@
-// bftfs run: a command's process tree under checkpoint control (criu-hooks/supervisor.h).
+// bftfs run: a command's process tree run ahead of agreement on the mount it works in (docs/SPECULATION.md §8;
+// criu-hooks/run_driver.h does the work). This file turns the options into a RunOptions: the mount found from
+// the working directory, its daemon's control socket next to the mount's lock file, the tree's terminal or pipes.
 //
-// Without speculation (still to come) the tree runs unchecked and its output flows straight out; the hidden
-// --test-* options take a checkpoint every N ms, keep one epoch uncommitted behind the open one, and roll back to
-// it after chosen checkpoints, so that tests and measurements can exercise the mechanism end to end.
+// Hidden options for tests: --test-control SOCKET talks to that socket instead of a mount's daemon (a test's fake
+// daemon, harness/fake_spec_daemon.py), and the working directory then plays the mount: it stays writable and,
+// unless --test-fuse, gets no spec session mounted over it. A socket nobody serves plays a daemon that does not
+// speak the control protocol.
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cstdio>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <set>
+#include <sstream>
 
 #include "cli/cli_common.h"
 #include "common/log.h"
-#include "criu-hooks/supervisor.h"
-#include "os/clock.h"
+#include "criu-hooks/boundary.h"
+#include "criu-hooks/criu_service.h"
+#include "criu-hooks/run_driver.h"
 
 namespace bftfs::cli {
 namespace {
 
-// The supervisor's own failures, distinct from the command's exit codes (as env(1) and timeout(1) do).
-constexpr int kExitRunFailure = 125;
+using criu::kExitRunFailure;
 
 struct RunArgs {
   std::vector<std::string> command;
   bool stats = false;
+  std::string stats_json;
   bool verbose = false;
+  bool no_speculate = false;
+  double checkpoint_share = 0.1;
+  std::uint32_t max_epoch_ms = 1000;
+  std::uint32_t model_mb = 512;
+  std::uint32_t images_mb = 512;
+  std::string trace;
   std::string criu;
-  std::string images_dir;
   std::uint32_t criu_log_level = 2;
-  std::uint32_t test_checkpoint_ms = 0;
-  std::string test_rollback_after;
-  std::string test_stats_json;
+  std::string test_control;
+  bool test_fuse = false;
 };
 
 std::vector<std::string> split_colons(const std::string& s) {
@@ -62,155 +69,63 @@ std::string find_executable(const std::string& name) {
   return "";
 }
 
-std::uint64_t quantile(std::vector<std::uint64_t> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
-
-double ms(std::uint64_t us) { return static_cast<double>(us) / 1000.0; }
-
-void print_stats(const criu::SupervisorStats& s) {
-  std::vector<std::uint64_t> wall, frozen, work, bytes, total, kill, tmp, restore;
-  for (const auto& c : s.checkpoints) {
-    wall.push_back(c.wall_us);
-    frozen.push_back(c.frozen_us);
-    work.push_back(c.frozen_work_us);
-    bytes.push_back(c.image_bytes);
+// Fills the mount, the control socket and the spec session of `o` from the working directory. Returns "" or
+// why `bftfs run` cannot run here.
+std::string locate_mount(const RunArgs& a, criu::RunOptions& o) {
+  char buf[PATH_MAX];
+  if (::getcwd(buf, sizeof buf) == nullptr) return std::string("getcwd: ") + std::strerror(errno);
+  criu::BoundaryPlan& plan = o.supervisor.boundary;
+  plan.cwd = buf;
+  if (!a.test_control.empty()) {
+    plan.mount_point = plan.cwd;
+    plan.spec_session = a.test_fuse;
+    o.control_socket = a.test_control;
+    return "";
   }
-  for (const auto& r : s.restores) {
-    total.push_back(r.total_us);
-    kill.push_back(r.kill_reap_us);
-    tmp.push_back(r.tmp_us);
-    restore.push_back(r.restore_us);
-  }
-  std::fprintf(stderr,
-               "bftfs run: checkpoints %zu (%llu failed): dump p50 %.1f ms, max %.1f ms; frozen p50 %.1f ms, max "
-               "%.1f ms (of which output cut and /tmp copy p50 %.1f ms); images p50 %.2f MiB\n",
-               s.checkpoints.size(), static_cast<unsigned long long>(s.checkpoint_failures), ms(quantile(wall, 0.5)),
-               ms(quantile(wall, 1)), ms(quantile(frozen, 0.5)), ms(quantile(frozen, 1)), ms(quantile(work, 0.5)),
-               static_cast<double>(quantile(bytes, 0.5)) / (1 << 20));
-  std::fprintf(stderr,
-               "bftfs run: rollbacks %zu: p50 %.1f ms, max %.1f ms (kill and reap p50 %.1f ms, /tmp %.1f ms, restore "
-               "%.1f ms)\n",
-               s.restores.size(), ms(quantile(total, 0.5)), ms(quantile(total, 1)), ms(quantile(kill, 0.5)),
-               ms(quantile(tmp, 0.5)), ms(quantile(restore, 0.5)));
-  std::fprintf(stderr,
-               "bftfs run: epochs committed %llu, discarded %llu; output released %llu bytes, dropped %llu, held at "
-               "most %llu; stdin replayed %llu bytes\n",
-               static_cast<unsigned long long>(s.epochs_committed), static_cast<unsigned long long>(s.epochs_discarded),
-               static_cast<unsigned long long>(s.output_bytes_released),
-               static_cast<unsigned long long>(s.output_bytes_dropped),
-               static_cast<unsigned long long>(s.output_bytes_held_max),
-               static_cast<unsigned long long>(s.stdin_bytes_replayed));
-}
-
-// Every checkpoint and restore with its costs, for tests and measurement scripts.
-void write_stats_json(std::ofstream& out, const criu::SupervisorStats& s, int exit_code) {
-  out << "{\"exit_code\": " << exit_code << ", \"checkpoint_failures\": " << s.checkpoint_failures
-      << ", \"epochs_committed\": " << s.epochs_committed << ", \"epochs_discarded\": " << s.epochs_discarded
-      << ", \"output_bytes_released\": " << s.output_bytes_released
-      << ", \"output_bytes_dropped\": " << s.output_bytes_dropped
-      << ", \"stdin_bytes_replayed\": " << s.stdin_bytes_replayed << ",\n \"checkpoints\": [";
-  for (std::size_t i = 0; i < s.checkpoints.size(); ++i) {
-    const auto& c = s.checkpoints[i];
-    out << (i ? ",\n  " : "\n  ") << "{\"epoch\": " << c.epoch << ", \"wall_us\": " << c.wall_us
-        << ", \"frozen_us\": " << c.frozen_us << ", \"freezing_us\": " << c.freezing_us
-        << ", \"frozen_work_us\": " << c.frozen_work_us << ", \"image_bytes\": " << c.image_bytes << "}";
-  }
-  out << "],\n \"restores\": [";
-  for (std::size_t i = 0; i < s.restores.size(); ++i) {
-    const auto& r = s.restores[i];
-    out << (i ? ",\n  " : "\n  ") << "{\"epoch\": " << r.epoch << ", \"total_us\": " << r.total_us
-        << ", \"kill_reap_us\": " << r.kill_reap_us << ", \"tmp_us\": " << r.tmp_us
-        << ", \"restore_us\": " << r.restore_us << "}";
-  }
-  out << "]}\n";
-}
-
-// The test driver: a checkpoint every `period_ms`; all epochs but the last two committed after each; after the
-// checkpoints counted in `rollback_after`, one rollback to the epoch before the newest. Returns the exit code.
-int drive_test_epochs(criu::Supervisor& sup, std::uint64_t period_ms, const std::set<std::uint64_t>& rollback_after) {
-  std::uint64_t taken = 0;
-  std::string last_error;  // a failure that repeats is reported once
-  std::uint64_t next = mono_ms() + period_ms;
-  while (!sup.tree_exited()) {
-    const std::uint64_t now = mono_ms();
-    if (now < next) {
-      sup.pump(static_cast<int>(next - now));
-      continue;
-    }
-    criu::EpochId id = 0;
-    if (const std::string err = sup.begin_epoch(id); !err.empty()) {
-      sup.pump(0);
-      if (!sup.tree_exited() && err != last_error) error("run", "checkpoint failed: " + err);  // else it was exiting
-      last_error = err;
-      next = mono_ms() + period_ms;
-      continue;
-    }
-    ++taken;
-    std::vector<criu::EpochId> open = sup.uncommitted();
-    while (open.size() > 2) {
-      sup.commit_epoch(open.front());
-      open.erase(open.begin());
-    }
-    if (rollback_after.count(taken) && open.size() == 2) {
-      if (const std::string err = sup.rollback_to(open.front()); !err.empty()) {
-        error("run", "rollback failed: " + err);
-        return kExitRunFailure;
-      }
-    }
-    next = mono_ms() + period_ms;
-  }
-  for (criu::EpochId e : sup.uncommitted()) sup.commit_epoch(e);
-  return sup.finish();
+  std::ifstream in("/proc/self/mountinfo");
+  std::stringstream text;
+  text << in.rdbuf();
+  plan.mount_point = criu::mount_containing(text.str(), plan.cwd, "fuse.bftfs");
+  if (plan.mount_point.empty()) return "the working directory " + plan.cwd + " is not on a bftfs mount";
+  plan.spec_session = true;
+  // A daemon that does not serve `bftfs run` has no socket there: the run driver then runs CMD without speculation.
+  o.control_socket = mount_lock_path(plan.mount_point) + ".ctl";
+  return "";
 }
 
 int run_run(const RunArgs& a) {
-  if (!a.test_rollback_after.empty() && a.test_checkpoint_ms == 0) {
-    error("run", "--test-rollback-after needs --test-checkpoint-ms");
-    return kExitUsage;
-  }
   log_set_level(a.verbose ? LogLevel::kInfo : LogLevel::kWarn);
-  std::set<std::uint64_t> rollback_after;
-  for (const std::string& k : split_commas(a.test_rollback_after)) {
-    rollback_after.insert(std::strtoull(k.c_str(), nullptr, 10));
-  }
-  criu::SupervisorOptions options;
-  options.argv = a.command;
+  criu::RunOptions o;
+  criu::SupervisorOptions& so = o.supervisor;
+  so.argv = a.command;
   const std::string self = self_executable();
-  options.init_binary = self.substr(0, self.rfind('/') + 1) + "bftfs-run-init";
-  options.images_dir = a.images_dir;
-  options.criu_log_level = static_cast<int>(a.criu_log_level);
-  options.pty = ::isatty(STDOUT_FILENO) == 1;
-  options.criu_binary = find_executable(a.criu);
-  if (options.criu_binary.empty()) {
-    if (a.test_checkpoint_ms > 0) {
-      error("run", "CRIU service binary '" + a.criu + "' not found (run `make deps`, or give --criu)");
-      return kExitRunFailure;
-    }
-    options.criu_binary = a.criu;  // not needed: nothing checkpoints
+  so.init_binary = self.substr(0, self.rfind('/') + 1) + "bftfs-run-init";
+  so.criu_log_level = static_cast<int>(a.criu_log_level);
+  so.pty = ::isatty(STDOUT_FILENO) == 1;
+  so.terminal_input = so.pty && ::isatty(STDIN_FILENO) == 1;
+  so.boundary.images_bytes = static_cast<std::uint64_t>(a.images_mb) << 20;
+  so.criu_binary = find_executable(a.criu);
+  if (so.criu_binary.empty() || !criu::CriuService::available()) {
+    // Fatal only where a daemon offers speculation (the run driver decides).
+    o.criu_missing = so.criu_binary.empty() ? "CRIU service binary '" + a.criu + "' not found (run `make deps`, or "
+                                              "give --criu); --no-speculate runs without it"
+                                            : "this bftfs was built without libcriu (run `make deps`, then rebuild); "
+                                              "--no-speculate runs without it";
+    so.criu_binary = a.criu;  // never started: nothing checkpoints
   }
-  // Opened before the supervisor makes /tmp private: the path is the user's.
-  std::ofstream stats_json;
-  if (!a.test_stats_json.empty()) {
-    stats_json.open(a.test_stats_json);
-    if (!stats_json) {
-      error("run", "cannot write " + a.test_stats_json);
-      return kExitRunFailure;
-    }
-  }
-  std::unique_ptr<criu::Supervisor> sup;
-  if (const std::string err = criu::Supervisor::start(options, sup); !err.empty()) {
+  if (std::string err = locate_mount(a, o); !err.empty()) {
     error("run", err);
     return kExitRunFailure;
   }
-  if (sup->exec_errno() != 0) error("run", a.command.front() + ": " + std::strerror(sup->exec_errno()));
-  const int code =
-      a.test_checkpoint_ms > 0 ? drive_test_epochs(*sup, a.test_checkpoint_ms, rollback_after) : sup->finish();
-  if (a.stats) print_stats(sup->stats());
-  if (stats_json.is_open()) write_stats_json(stats_json, sup->stats(), code);
-  return code;
+  o.policy.speculate = !a.no_speculate;
+  o.policy.checkpoint_share = a.checkpoint_share;
+  o.policy.max_epoch_us = static_cast<std::uint64_t>(a.max_epoch_ms) * 1000;
+  o.trace_path = a.trace;
+  o.stats = a.stats;
+  o.stats_json_path = a.stats_json;
+  o.verbose = a.verbose;
+  o.model_mb = a.model_mb;
+  return criu::run_speculatively(o);
 }
 
 }  // namespace
@@ -220,46 +135,43 @@ void add_run(CLI::App& root, Commands& out) {
   const char* env_criu = std::getenv("BFTFS_CRIU");
   a->criu = env_criu != nullptr && *env_criu != '\0' ? env_criu : "bftfs-criu";
   CLI::App* app = root.add_subcommand("run",
-      "run a command under checkpoint control (the mechanism of speculative execution)\n\n"
-      "Runs CMD's process tree in its own pid namespace and a private mount namespace with empty tmpfs mounts on\n"
-      "/run and /tmp (a working directory under them is kept), with stdout and stderr through a pty when stdout is\n"
-      "a terminal (else pipes) and stdin forwarded. The exit status is CMD's (128+N if signal N ended it); 125 when\n"
-      "bftfs run itself fails, 126 or 127 when CMD cannot be executed. Put -- before CMD when it has options.");
+      "run a command ahead of agreement on the mount, with checkpoints, held output and rollback\n\n"
+      "Runs CMD in the working directory, which must be on a bftfs mount, with its requests answered from\n"
+      "predictions and checkpointed by CRIU; a failed prediction rolls it back. What it prints is held until the\n"
+      "epoch that printed it committed. It can change nothing outside the mount (the rest is read-only; /tmp,\n"
+      "/var/tmp and /dev/shm are on the mount) and has no network but loopback. The exit status is CMD's (128+N if\n"
+      "signal N ended it), reported after the last commit; 125 when bftfs run itself fails, 126 or 127 when CMD\n"
+      "cannot be executed. Put -- before CMD when it has options.");
   app->add_option("command", a->command, "the command and its arguments")
       ->type_name("CMD [ARGS...]")
       ->required()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app->add_flag("--stats", a->stats, "print checkpoints, rollbacks and their costs to stderr at the end");
-  app->add_flag("-v,--verbose", a->verbose, "log every checkpoint, commit and rollback to stderr");
+  app->add_flag("-v,--verbose", a->verbose, "print the boundary, the policy's decisions, checkpoints and rollbacks");
+  app->add_flag("--stats", a->stats, "print epochs, checkpoints, rollbacks and the latency hidden at the end");
+  app->add_option("--stats-json", a->stats_json, "write the same as JSON, every checkpoint and rollback listed")
+      ->type_name("FILE");
+  app->add_flag("--no-speculate", a->no_speculate, "never checkpoint: the same boundary, every request waits");
+  app->add_option("--checkpoint-share", a->checkpoint_share,
+                  "checkpoints may cost at most this share of the latency they hide")
+      ->type_name("X")
+      ->check(CLI::Range(0.001, 1.0));
+  app->add_option("--max-epoch-ms", a->max_epoch_ms, "longest epoch (also bounds how long output is held)")
+      ->type_name("N")
+      ->transform(decimal(1, 600000));
+  app->add_option("--model-mb", a->model_mb, "memory the daemon's local model may use")
+      ->type_name("N")
+      ->transform(decimal(16, 1 << 20));
+  app->add_option("--images-mb", a->images_mb, "size of the tmpfs that holds checkpoint images")
+      ->type_name("N")
+      ->transform(decimal(16, 1 << 20));
+  app->add_option("--trace", a->trace, "one line per seal, commit, rollback and output release")->type_name("FILE");
   app->add_option("--criu", a->criu, "CRIU's service binary, a path or a name in PATH ($BFTFS_CRIU)")
       ->type_name("PATH");
-  app->add_option("--images-dir", a->images_dir, "keep checkpoint images in DIR instead of memory")->type_name("DIR");
   app->add_option("--criu-log-level", a->criu_log_level, "CRIU's log level in the images' dump.log and restore.log")
       ->type_name("N")
       ->transform(decimal(0, 4));
-  // Tests and measurements only: checkpoints and rollbacks without speculation. Hidden options have no name in
-  // CLI11's messages, so their validators name them.
-  app->add_option("--test-checkpoint-ms", a->test_checkpoint_ms)
-      ->group("")
-      ->transform(CLI::Validator(
-          [](std::string& v) {
-            std::string err = decimal(1, 3600000)(v);
-            return err.empty() ? err : "--test-checkpoint-ms: " + err;
-          },
-          ""));
-  app->add_option("--test-rollback-after", a->test_rollback_after)
-      ->group("")
-      ->check([](const std::string& v) -> std::string {
-        const auto ks = split_commas(v);
-        if (ks.empty()) return "--test-rollback-after: expected K[,K...]";
-        for (const std::string& k : ks) {
-          const bool number = !k.empty() && k.size() <= 9 && k.find_first_not_of("0123456789") == std::string::npos;
-          if (!number || std::strtoull(k.c_str(), nullptr, 10) < 2)
-            return "--test-rollback-after: each K must be a checkpoint number >= 2, got '" + k + "'";
-        }
-        return "";
-      });
-  app->add_option("--test-stats-json", a->test_stats_json)->group("");
+  app->add_option("--test-control", a->test_control)->group("");
+  app->add_flag("--test-fuse", a->test_fuse)->group("");
   out.push_back({app, [a] { return run_run(*a); }});
 }
 

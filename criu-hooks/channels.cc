@@ -7,6 +7,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -38,11 +39,16 @@ std::string make_pipe(UniqueFd& r, UniqueFd& w, std::string& key) {
 
 }  // namespace
 
-std::string TreeChannels::create(bool pty, int terminal_fd, std::unique_ptr<TreeChannels>& out) {
+std::string TreeChannels::create(bool pty, bool terminal_input, int terminal_fd, std::unique_ptr<TreeChannels>& out) {
+  BFT_ASSERT(pty || !terminal_input);
   std::unique_ptr<TreeChannels> c(new TreeChannels());
   c->pty_ = pty;
-  if (std::string err = c->make_stdin(); !err.empty()) return err;
+  c->terminal_input_ = terminal_input;
+  if (!terminal_input) {
+    if (std::string err = c->make_stdin(); !err.empty()) return err;
+  }
   if (std::string err = pty ? c->make_pty(terminal_fd) : c->make_pipes(); !err.empty()) return err;
+  if (terminal_input) c->stdin_key_ = c->stdout_key_;
   out = std::move(c);
   return "";
 }
@@ -84,7 +90,7 @@ std::string TreeChannels::make_pty(int terminal_fd) {
 
 TreeStdio TreeChannels::tree_stdio() const {
   TreeStdio s;
-  s.in = stdin_r_.get();
+  s.in = terminal_input_ ? slave_.get() : stdin_r_.get();
   s.out = pty_ ? slave_.get() : out_w_.get();
   s.err = pty_ ? slave_.get() : err_w_.get();
   BFT_ASSERT(s.in >= 0 && s.out >= 0 && s.err >= 0);
@@ -94,16 +100,70 @@ TreeStdio TreeChannels::tree_stdio() const {
 void TreeChannels::close_tree_ends() {
   out_w_.reset();
   err_w_.reset();
-  BFT_ASSERT(set_flag(stdin_r_.get(), F_GETFD, F_SETFD, FD_CLOEXEC, true).empty());
+  if (stdin_r_.valid()) BFT_ASSERT(set_flag(stdin_r_.get(), F_GETFD, F_SETFD, FD_CLOEXEC, true).empty());
   if (slave_.valid()) BFT_ASSERT(set_flag(slave_.get(), F_GETFD, F_SETFD, FD_CLOEXEC, true).empty());
 }
 
 std::string TreeChannels::stdin_unread(std::size_t& out) const {
   int n = 0;
-  if (::ioctl(stdin_r_.get(), FIONREAD, &n) != 0) return errno_text("FIONREAD on the tree's stdin");
+  const int fd = terminal_input_ ? slave_.get() : stdin_r_.get();
+  if (::ioctl(fd, FIONREAD, &n) != 0) return errno_text("FIONREAD on the tree's stdin");
   BFT_ASSERT(n >= 0);
   out = static_cast<std::size_t>(n);
   return "";
+}
+
+std::size_t TreeChannels::empty_stdin() {
+  if (!stdin_r_.valid()) return 0;
+  std::size_t total = 0;
+  char buf[4096];
+  for (;;) {
+    std::size_t unread = 0;
+    if (!stdin_unread(unread).empty() || unread == 0) return total;
+    const ssize_t n = ::read(stdin_r_.get(), buf, std::min(unread, sizeof buf));
+    if (n <= 0) return total;
+    total += static_cast<std::size_t>(n);
+  }
+}
+
+std::size_t TreeChannels::forward_keystrokes(std::string_view bytes) {
+  BFT_ASSERT(terminal_input_);
+  const ssize_t n = ::write(master_.get(), bytes.data(), bytes.size());
+  return n > 0 ? static_cast<std::size_t>(n) : 0;
+}
+
+bool TreeChannels::partial_line_after(char last) const {
+  BFT_ASSERT(terminal_input_);
+  termios t{};
+  if (::tcgetattr(slave_.get(), &t) != 0 || (t.c_lflag & ICANON) == 0) return false;
+  const auto c = static_cast<cc_t>(last);
+  const bool ends = last == '\n' || (c != _POSIX_VDISABLE && (c == t.c_cc[VEOL] || c == t.c_cc[VEOL2] ||
+                                                               c == t.c_cc[VEOF]));
+  return !ends;
+}
+
+// A terminal state is a termios and a winsize, byte for byte (they only ever go back to the same pty).
+std::string TreeChannels::terminal_state() const {
+  if (!slave_.valid()) return "";
+  termios t{};
+  winsize ws{};
+  if (::tcgetattr(slave_.get(), &t) != 0 || ::ioctl(slave_.get(), TIOCGWINSZ, &ws) != 0) return "";
+  std::string out(sizeof t + sizeof ws, '\0');
+  std::memcpy(out.data(), &t, sizeof t);
+  std::memcpy(out.data() + sizeof t, &ws, sizeof ws);
+  return out;
+}
+
+void TreeChannels::restore_terminal_state(const std::string& state) {
+  if (!slave_.valid()) return;
+  ::tcflush(slave_.get(), TCIOFLUSH);
+  termios t{};
+  winsize ws{};
+  if (state.size() != sizeof t + sizeof ws) return;
+  std::memcpy(&t, state.data(), sizeof t);
+  std::memcpy(&ws, state.data() + sizeof t, sizeof ws);
+  ::tcsetattr(slave_.get(), TCSANOW, &t);
+  ::ioctl(master_.get(), TIOCSWINSZ, &ws);
 }
 
 std::vector<std::pair<int, Stream>> TreeChannels::outputs() const {
@@ -149,8 +209,12 @@ std::vector<std::string> TreeChannels::dump_externals() const {
 std::string TreeChannels::prepare_restore(const EpochRecord& image,
                                           std::vector<std::pair<int, std::string>>& inherit) {
   inherit.clear();
-  if (std::string err = make_stdin(); !err.empty()) return err;
-  inherit.emplace_back(stdin_r_.get(), image.stdin_key);
+  if (!terminal_input_) {
+    if (std::string err = make_stdin(); !err.empty()) return err;
+    inherit.emplace_back(stdin_r_.get(), image.stdin_key);
+  } else {
+    BFT_ASSERT(image.stdin_key == image.stdout_key);
+  }
   if (pty_) {
     inherit.emplace_back(slave_.get(), image.stdout_key);
     BFT_ASSERT(image.stderr_key == image.stdout_key);

@@ -1,9 +1,11 @@
 // The supervised tree's standard streams as the supervisor holds them.
 //
-// stdin is always a pipe: the supervisor writes into it what the user typed or piped, and can tell at a
-// checkpoint how much the tree had consumed (what it wrote minus what still sits in the pipe). stdout and stderr
-// are one pty when the user's stdout is a terminal (programs then behave as on a terminal: line buffering,
-// colours), else two pipes. The supervisor reads them and decides when the bytes reach the user. The pty is not the
+// stdout and stderr are one pty when the user's stdout is a terminal (programs then behave as on a terminal: line
+// buffering, colours), else two pipes. stdin is the same pty when the user's stdin is a terminal too (terminal
+// input: the supervisor forwards keystrokes to the pty only while nothing speculative is outstanding, so no
+// rollback ever crosses them, docs/SPECULATION.md §8.7); otherwise a pipe the supervisor writes into what the
+// user piped or typed, which tells at a checkpoint how much the tree had consumed (what was written minus what
+// still sits in the pipe), so that a rollback can replay the rest. The supervisor reads them and decides when the bytes reach the user. The pty is not the
 // tree's controlling terminal: CRIU restores a session whose terminal is external without one, so the tree never
 // has one and behaves the same before and after a rollback (opening /dev/tty fails with ENXIO).
 //
@@ -16,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,10 +32,13 @@ class TreeChannels {
  public:
   // Creates the channels; with `pty`, stdout and stderr are a new pty whose settings and size are copied from
   // the terminal `terminal_fd` (output post-processing turned off, so bytes reach the user unchanged and the
-  // user's own terminal translates newlines as it would for the command run directly).
-  [[nodiscard]] static std::string create(bool pty, int terminal_fd, std::unique_ptr<TreeChannels>& out);
+  // user's own terminal translates newlines as it would for the command run directly); with `terminal_input`
+  // too, stdin is that pty (it echoes and edits lines as the user's terminal would).
+  [[nodiscard]] static std::string create(bool pty, bool terminal_input, int terminal_fd,
+                                          std::unique_ptr<TreeChannels>& out);
 
   bool pty() const { return pty_; }
+  bool terminal_input() const { return terminal_input_; }
   // The tree's ends, for spawn_tree: the caller gives them to the tree and then calls close_tree_ends().
   TreeStdio tree_stdio() const;
   // After the tree received its ends (spawn or restore): closes this process's copies of the tree's stdout and
@@ -41,12 +47,25 @@ class TreeChannels {
   // slave (so the master never sees a hang-up while the tree is being replaced).
   void close_tree_ends();
 
-  // The supervisor's end of the tree's stdin (non-blocking), or -1 once closed.
+  // The supervisor's end of the tree's stdin pipe (non-blocking), or -1 once closed or with terminal input.
   int stdin_writer() const { return stdin_w_.get(); }
-  // Closes the tree's stdin: the tree reads end of file once the pipe is empty.
+  // Closes the tree's stdin pipe: the tree reads end of file once the pipe is empty.
   void close_stdin() { stdin_w_.reset(); }
-  // Bytes written to the tree's stdin that it has not read yet.
+  // Bytes written to the tree's stdin that it has not read yet: in the pipe, or (terminal input) in the pty's
+  // input queue, where in canonical mode only complete lines count.
   [[nodiscard]] std::string stdin_unread(std::size_t& out) const;
+  // Empties the tree's stdin pipe (bytes a restore may have put there). Returns how many bytes it held.
+  std::size_t empty_stdin();
+
+  // Terminal input: writes keystrokes into the pty (non-blocking; returns how many were taken).
+  std::size_t forward_keystrokes(std::string_view bytes);
+  // Terminal input: true when the pty reads lines (canonical mode) and `last` does not end one, so that part of a
+  // line may wait in its queue where stdin_unread() does not see it.
+  bool partial_line_after(char last) const;
+  // The pty's settings and window size, to put back at a rollback ("" without a pty).
+  std::string terminal_state() const;
+  // Puts back a terminal_state() and empties the pty's queues.
+  void restore_terminal_state(const std::string& state);
 
   // The readable output channels: (fd, stream). A pty is reported as stdout.
   std::vector<std::pair<int, Stream>> outputs() const;
@@ -77,7 +96,8 @@ class TreeChannels {
   [[nodiscard]] std::string make_stdin();
 
   bool pty_ = false;
-  UniqueFd stdin_r_, stdin_w_;  // the tree reads stdin_r_
+  bool terminal_input_ = false;
+  UniqueFd stdin_r_, stdin_w_;  // the tree reads stdin_r_ (no pipe with terminal input)
   UniqueFd out_r_, out_w_;      // pipes: the tree writes out_w_
   UniqueFd err_r_, err_w_;
   UniqueFd master_, slave_;     // pty: the tree's stdout and stderr are the slave

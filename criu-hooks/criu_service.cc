@@ -16,21 +16,38 @@
 namespace bftfs::criu {
 namespace {
 
+constexpr unsigned kGhostLimitBytes = 64u << 20;  // open-unlinked files up to this size are kept in the image
+constexpr unsigned kFreezeTimeoutS = 10;
+
 struct OptsDeleter {
   void operator()(criu_opts* o) const { criu_local_free_opts(o); }
 };
 using Opts = std::unique_ptr<criu_opts, OptsDeleter>;
 
-// libcriu's notification callback has no user argument: the request in progress is reached through this
-// pointer, set for the duration of one dump (calls are never concurrent: see the header).
+// libcriu's notification callback has no user argument: the request in progress is reached through these
+// pointers, set for the duration of one call (calls are never concurrent: see the header).
 const DumpRequest* g_dump_in_progress = nullptr;
-std::string g_while_frozen_error;
+const RestoreRequest* g_restore_in_progress = nullptr;
+std::string g_notify_error;
+pid_t g_restored_root = -1;
 
-int on_notify(char* action, criu_notify_arg_t) {
-  if (g_dump_in_progress == nullptr || std::strcmp(action, "post-dump") != 0) return 0;
-  if (!g_dump_in_progress->while_frozen) return 0;
-  g_while_frozen_error = g_dump_in_progress->while_frozen();
-  return g_while_frozen_error.empty() ? 0 : -1;
+int on_notify(char* action, criu_notify_arg_t arg) {
+  if (g_dump_in_progress != nullptr) {
+    const DumpRequest& r = *g_dump_in_progress;
+    if (std::strcmp(action, "pre-dump") == 0 && r.before_freeze) r.before_freeze();
+    if (std::strcmp(action, "post-dump") != 0 || !r.while_frozen) return 0;
+    g_notify_error = r.while_frozen();
+    return g_notify_error.empty() ? 0 : -1;
+  }
+  if (g_restore_in_progress != nullptr) {
+    // "post-restore" carries the restored root's pid; "pre-resume" comes after it, before the tasks run.
+    if (std::strcmp(action, "post-restore") == 0) g_restored_root = criu_notify_pid(arg);
+    if (std::strcmp(action, "pre-resume") != 0 || !g_restore_in_progress->before_resume) return 0;
+    g_notify_error = g_restored_root > 0 ? g_restore_in_progress->before_resume(g_restored_root)
+                                         : "CRIU's post-restore notification named no root pid";
+    return g_notify_error.empty() ? 0 : -1;
+  }
+  return 0;
 }
 
 // The first error lines CRIU wrote to `log_name` in the images directory (the harmless RLIMIT_NOFILE complaint
@@ -95,15 +112,18 @@ std::string CriuService::dump(const DumpRequest& request) const {
     return err;
   criu_local_set_pid(opts.get(), request.pid);
   criu_local_set_leave_running(opts.get(), true);
+  criu_local_set_ghost_limit(opts.get(), kGhostLimitBytes);
+  criu_local_set_timeout(opts.get(), kFreezeTimeoutS);
+  criu_local_set_tcp_established(opts.get(), request.tcp_established);
   for (const std::string& key : request.externals) {
     if (criu_local_add_external(opts.get(), key.c_str()) != 0) return "criu_local_add_external " + key + " failed";
   }
   criu_local_set_notify_cb(opts.get(), on_notify);
   g_dump_in_progress = &request;
-  g_while_frozen_error.clear();
+  g_notify_error.clear();
   const int rc = criu_local_dump(opts.get());
   g_dump_in_progress = nullptr;
-  if (!g_while_frozen_error.empty()) return "while the tree was frozen: " + g_while_frozen_error;
+  if (!g_notify_error.empty()) return "while the tree was frozen: " + g_notify_error;
   if (rc < 0) return "dump failed: " + describe(rc, binary_, request.images_dir_fd, "dump.log");
   return "";
 }
@@ -118,9 +138,17 @@ std::string CriuService::restore_child(const RestoreRequest& request, pid_t& roo
     if (criu_local_add_inherit_fd(opts.get(), fd, key.c_str()) != 0)
       return "criu_local_add_inherit_fd " + key + " failed";
   }
+  criu_local_set_tcp_established(opts.get(), request.tcp_established);
+  criu_local_set_notify_cb(opts.get(), on_notify);
+  BFT_ASSERT(g_restore_in_progress == nullptr);
+  g_restore_in_progress = &request;
+  g_notify_error.clear();
+  g_restored_root = -1;
   const int rc = criu_local_restore_child(opts.get());
+  g_restore_in_progress = nullptr;
   if (rc <= 0) return "restore failed: " + describe(rc, binary_, request.images_dir_fd, "restore.log");
   root = rc;
+  if (!g_notify_error.empty()) return "before the restored tree resumed: " + g_notify_error;
   return "";
 }
 

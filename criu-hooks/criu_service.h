@@ -16,10 +16,15 @@
 
 namespace bftfs::criu {
 
+// Every dump: --leave-running, --file-locks, --ghost-limit 64M (open-unlinked files), --timeout 10 (the freeze),
+// and the configuration file's --file-validation filesize.
 struct DumpRequest {
   pid_t pid = -1;           // the root of the tree, as this process sees it
   int images_dir_fd = -1;   // an empty directory: the images, dump.log and stats-dump go there
   std::vector<std::string> externals;  // --external keys, e.g. "tty[8803:19]" for a pty whose master is not dumped
+  bool tcp_established = false;        // the tree has TCP connections (CRIU then locks the network)
+  // Runs when CRIU starts (its pre-dump notification: nothing is frozen yet).
+  std::function<void()> before_freeze;
   // Runs once while every task of the tree is still frozen, after its image was written (CRIU's post-dump
   // notification). A non-empty return fails the dump; the tree then resumes as if nothing happened.
   std::function<std::string()> while_frozen;
@@ -31,6 +36,11 @@ struct RestoreRequest {
   // --inherit-fd: the image's file named by the key (e.g. "pipe:[1234]") becomes this process's fd. The fds
   // must be open without FD_CLOEXEC during the call, so the service binary inherits them.
   std::vector<std::pair<int, std::string>> inherit_fds;
+  bool tcp_established = false;  // the images were dumped with it
+  // Runs once the tasks are restored and before they run again (CRIU's pre-resume notification), with the
+  // restored root's pid (from the post-restore notification). CRIU does not stop the restore when it fails: the
+  // restore then fails afterwards with its reason and the restored tree is killed.
+  std::function<std::string(pid_t root)> before_resume;
   int log_level = 2;
 };
 
@@ -47,7 +57,8 @@ class CriuService {
   // failed (with the first errors of dump.log).
   [[nodiscard]] std::string dump(const DumpRequest& request) const;
   // Restores the images as a child of this process (CRIU's restore-sibling) and sets `root` to the restored
-  // root's pid. Returns "" or why it failed (with the first errors of restore.log).
+  // root's pid. Returns "" or why it failed (with the first errors of restore.log). When only before_resume
+  // failed, `root` is set (that tree runs) and the caller must kill it.
   [[nodiscard]] std::string restore_child(const RestoreRequest& request, pid_t& root) const;
 
  private:

@@ -57,6 +57,28 @@ EpochRecord EpochLog::commit_oldest() {
   return e;
 }
 
+std::vector<EpochRecord> EpochLog::commit_through(EpochId id) {
+  std::vector<EpochRecord> out;
+  while (!epochs_.empty() && epochs_.front().id <= id) out.push_back(commit_oldest());
+  return out;
+}
+
+void EpochLog::renumber_newest(EpochId id) {
+  BFT_ASSERT(!epochs_.empty());
+  BFT_ASSERT(epochs_.back().output_bytes == 0);
+  BFT_ASSERT(id > last_id_);
+  epochs_.back().id = id;
+  last_id_ = id;
+}
+
+EpochRecord EpochLog::discard_newest() {
+  BFT_ASSERT(!epochs_.empty());
+  BFT_ASSERT(epochs_.back().output_bytes == 0);
+  EpochRecord e = std::move(epochs_.back());
+  epochs_.pop_back();
+  return e;
+}
+
 std::vector<EpochRecord> EpochLog::rollback_to(EpochId id, std::size_t& dropped_bytes) {
   BFT_ASSERT(find(id) != nullptr);
   dropped_bytes = 0;

@@ -1,11 +1,13 @@
-// The uncommitted epochs of a supervised tree, oldest first, with the output each one produced.
+// The uncommitted speculative epochs of a supervised tree, oldest first, with the output each one holds.
 //
-// An epoch begins with a checkpoint of the tree and ends where the next one begins (or where the tree exits).
-// Everything the tree prints during an epoch is held in that epoch until the epoch commits, and is dropped if the
-// tree rolls back to that epoch or an earlier one; so no byte printed after a checkpoint is ever both released
-// and printed again by the restored tree. Epochs commit in order, oldest first. When no epoch is uncommitted the
-// tree runs without speculation and its output is released as it comes (the caller's job: see empty()).
-// Pure bookkeeping: no I/O.
+// A speculative epoch begins with a checkpoint of the tree (its record keeps what a rollback to that checkpoint
+// needs) and is later sealed (by the next checkpoint, or without one when speculation pauses). Output is held in
+// the newest record: the open epoch's while it is speculative; after a seal without a checkpoint, the last sealed
+// epoch's, because output of a non-speculative stretch may depend on it (docs/SPECULATION.md §8.6). A commit
+// releases the records up to an epoch, oldest first; a rollback drops the failed epoch's output and every later
+// epoch, and the failed epoch's record (its checkpoint) carries on under the number of the re-run, or goes when
+// the re-run is not speculative. With no record left, output is released as it comes (the caller's job: see
+// empty()). Pure bookkeeping: no I/O.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,8 @@ struct EpochRecord {
   std::string stdin_key;   // e.g. "pipe:[1234]"
   std::string stdout_key;  // "pipe:[1235]", or "tty[8803:19]" for a pty
   std::string stderr_key;  // equal to stdout_key for a pty
+  std::string terminal;    // the pty's settings and size at the checkpoint (TreeChannels), empty without a pty
+  bool tcp_established = false;  // dumped with CRIU's --tcp-established (so restored with it)
   std::vector<OutputChunk> output;  // in the order it was read; consecutive bytes of one stream are merged
   std::size_t output_bytes = 0;
 };
@@ -57,10 +61,18 @@ class EpochLog {
   void append_output(Stream stream, std::string_view bytes);
   // Removes the oldest epoch and returns it with its output, which may now be released.
   EpochRecord commit_oldest();
+  // Removes every epoch up to `id` and returns them, oldest first.
+  std::vector<EpochRecord> commit_through(EpochId id);
   // Rolls back to epoch `id`: drops the output of `id` and of every newer epoch, removes the newer epochs and
   // returns them (their images can be deleted); `id` becomes the newest epoch again. `dropped_bytes` receives
   // the number of output bytes dropped. Precondition: find(id) != nullptr.
   std::vector<EpochRecord> rollback_to(EpochId id, std::size_t& dropped_bytes);
+  // After a rollback, the newest record (its checkpoint) becomes the re-run epoch `id`. Preconditions: it holds no
+  // output; `id` is greater than every id seen before.
+  void renumber_newest(EpochId id);
+  // After a rollback whose re-run is not speculative: removes the newest record and returns it (its checkpoint
+  // is no longer needed). Precondition: it holds no output.
+  EpochRecord discard_newest();
 
  private:
   std::deque<EpochRecord> epochs_;

@@ -10,6 +10,7 @@
 #include "fuzz/fuzz_common.h"
 #include "fuzz/samples.h"
 #include "protocol/wire.h"
+#include "fuzz/spec_control_samples.h"
 #include "relay/relay_wire.h"
 #include "services/fs/fs_codec.h"
 #include "shim/envelope.h"
@@ -214,6 +215,17 @@ int main(int argc, char** argv) {
       stream.insert(stream.end(), frame.begin(), frame.end());
     }
     out.add("fuzz_relay_wire", stream);
+  }
+  {
+    // Control frames (spec/control_wire.h): each body, and all of them as one stream.
+    Bytes stream;
+    auto add = [&](const Bytes& frame) {
+      out.add("fuzz_spec_control", std::span<const std::uint8_t>(frame).subspan(spec::kControlLengthBytes));
+      stream.insert(stream.end(), frame.begin(), frame.end());
+    };
+    for (const auto& m : samples::control_supervisor_msgs()) add(spec::encode_control_frame(m));
+    for (const auto& m : samples::control_daemon_msgs()) add(spec::encode_control_frame(m));
+    out.add("fuzz_spec_control", stream);
   }
   std::printf("fuzz_seed_corpus: wrote %zu seeds under %s\n", out.total(), argv[1]);
   return 0;

@@ -18,6 +18,8 @@ Modules, from the ground up:
   users        as_user: run a function with another user's credentials
   andrew       the Andrew benchmark's source trees and phases
   durability   the fsync durability workload: writer process, checker, crash rounds
+  fake_spec_daemon  FakeSpecDaemon: the mount daemon's side of `bftfs run`'s control protocol, scripted (commit
+               or fail chosen epochs), for testing the supervisor before the daemon's spec session exists
 
 Nothing here imports pytest: a missing capability raises netns.Unavailable, which the test fixtures turn into a
 skip. Keep this file free of imports: `python3 -m harness.durability` runs the writer process through it.

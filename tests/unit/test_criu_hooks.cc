@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "criu-hooks/boundary.h"
 #include "criu-hooks/criu_stats.h"
 #include "criu-hooks/epoch_log.h"
 #include "criu-hooks/input_log.h"
@@ -141,6 +142,34 @@ TEST_CASE("epoch log: a rollback drops the target's output and every later epoch
   REQUIRE(log.find(5) == nullptr);
 }
 
+TEST_CASE("epoch log: commits through an epoch; a re-run renumbers the failed epoch's checkpoint or drops it",
+          "[criu_hooks]") {
+  EpochLog log;
+  log.begin(record(1));
+  log.append_output(Stream::kStdout, "one ");
+  log.begin(record(2));
+  log.append_output(Stream::kStdout, "two ");
+  log.begin(record(3, 7));
+  log.append_output(Stream::kStdout, "three ");
+  const std::vector<EpochRecord> done = log.commit_through(2);
+  REQUIRE(done.size() == 2);
+  REQUIRE(done[0].id == 1);
+  REQUIRE(text_of(done[1].output, Stream::kStdout) == "two ");
+  REQUIRE(log.ids() == std::vector<EpochId>{3});
+  REQUIRE(log.commit_through(2).empty());  // nothing at or below 2 is left
+  // Epoch 3 fails: its output goes, and its checkpoint carries on as the re-run epoch 9.
+  std::size_t dropped = 0;
+  REQUIRE(log.rollback_to(3, dropped).empty());
+  REQUIRE(dropped == 6);
+  log.renumber_newest(9);
+  REQUIRE(log.ids() == std::vector<EpochId>{9});
+  REQUIRE(log.newest().stdin_consumed == 7);
+  // A re-run without speculation needs no checkpoint: the record goes, and output passes straight out.
+  const EpochRecord gone = log.discard_newest();
+  REQUIRE(gone.id == 9);
+  REQUIRE(log.empty());
+}
+
 TEST_CASE("input log: a rollback rewinds to the consumed offset and the bytes are written again", "[criu_hooks]") {
   InputLog in;
   in.append("line1\nline2\n");
@@ -233,4 +262,34 @@ TEST_CASE("tree copy: files, links, modes and times are copied; clearing keeps n
   REQUIRE(std::filesystem::is_empty(dst.path));
   REQUIRE(copy_tree(src.open().get(), dst.open().get()) == "");
   REQUIRE(read_file(dst.path / "d/hard") == "alpha");
+}
+
+TEST_CASE("boundary: the mount a path lies on, from mountinfo; host sockets from /proc/net/unix", "[criu_hooks]") {
+  const std::string mountinfo =
+      "22 1 0:21 / / rw,relatime - ext4 /dev/sda1 rw\n"
+      "48 22 0:44 / /tmp/a\\040b/mnt rw,nosuid - fuse.bftfs bftfs rw,user_id=0\n"
+      "49 48 0:45 / /tmp/a\\040b/mnt/inner rw - fuse.bftfs bftfs rw\n"
+      "50 22 0:46 / /tmp/other rw - tmpfs tmpfs rw\n"
+      "garbage without fields\n";
+  const std::vector<MountEntry> mounts = mounts_of(mountinfo);
+  REQUIRE(mounts.size() == 4);
+  CHECK(mounts[1].mount_point == "/tmp/a b/mnt");  // octal escapes decoded
+  CHECK(mounts[1].fs_type == "fuse.bftfs");
+  CHECK(mount_containing(mountinfo, "/tmp/a b/mnt/src", "fuse.bftfs") == "/tmp/a b/mnt");
+  CHECK(mount_containing(mountinfo, "/tmp/a b/mnt/inner/x", "fuse.bftfs") == "/tmp/a b/mnt/inner");  // innermost
+  CHECK(mount_containing(mountinfo, "/tmp/a b/mntx", "fuse.bftfs").empty());  // a prefix is not a parent
+  CHECK(mount_containing(mountinfo, "/tmp/other", "fuse.bftfs").empty());
+  CHECK(path_within("/a/b", "/a"));
+  CHECK(path_within("/a", "/a"));
+  CHECK_FALSE(path_within("/ab", "/a"));
+  CHECK(path_within("/x", "/"));
+  const std::string unix_text =
+      "Num       RefCount Protocol Flags    Type St Inode Path\n"
+      "0000000000000000: 00000002 00000000 00010000 0001 01 20001 /run/dbus/system_bus_socket\n"
+      "0000000000000000: 00000002 00000000 00010000 0001 01 20002 @/abstract/name\n"
+      "0000000000000000: 00000003 00000000 00000000 0001 03 20003\n"
+      "0000000000000000: 00000002 00000000 00010000 0001 01 20004 /tmp/with space.sock\n";
+  CHECK(unix_socket_paths_of(unix_text) ==
+        std::vector<std::string>{"/run/dbus/system_bus_socket", "/tmp/with space.sock"});
+  CHECK(unix_socket_paths_of("").empty());
 }
