@@ -468,6 +468,11 @@ Bytes Byzantine::plausible_fs_lie(std::span<const std::uint8_t> truth) {
     lie[early_prng_.below(lie.size())] ^= static_cast<std::uint8_t>(1 + early_prng_.below(255));
     return shim::encode_envelope_result(shim::ShimStatus::kExecuted, lie);
   }
+  if (r.results.size() == 1 && r.results[0].code == fs::OpCode::kFetch && r.results[0].err == fs::err::kOk &&
+      !r.results[0].facts.empty()) {
+    lie_about_facts(r.results[0].facts);
+    return shim::encode_envelope_result(shim::ShimStatus::kExecuted, fs::encode_result(r));
+  }
   fs::OpResult& op = r.results[early_prng_.below(r.results.size())];
   const std::uint64_t how = early_prng_.below(3);
   const bool passed = op.err == fs::err::kOk;
@@ -486,6 +491,29 @@ Bytes Byzantine::plausible_fs_lie(std::span<const std::uint8_t> truth) {
     r.results = {stopped};
   }
   return shim::encode_envelope_result(shim::ShimStatus::kExecuted, fs::encode_result(r));
+}
+
+// A FETCH result's facts (docs/SPECULATION.md §14: plausible lies) with one fact changed: a value swapped for
+// another value of the same kind (another inode's attributes, another name's target, another block), or a byte
+// of it changed when there is none; a fact dropped; a scan's end claimed to be the end of every key.
+void Byzantine::lie_about_facts(std::vector<fs::Fact>& facts) {
+  const std::size_t i = early_prng_.below(facts.size());
+  fs::Fact& f = facts[i];
+  const std::uint64_t how = early_prng_.below(3);
+  if (how == 0 && f.kind == fs::FactKind::kValue && !f.value.empty()) {
+    for (std::size_t k = 0; k < facts.size(); ++k) {
+      const fs::Fact& o = facts[(i + 1 + k) % facts.size()];
+      if (o.kind == fs::FactKind::kValue && o.key.kind == f.key.kind && o.value != f.value) {
+        f.value = o.value;
+        return;
+      }
+    }
+    f.value[early_prng_.below(f.value.size())] ^= static_cast<std::uint8_t>(1 + early_prng_.below(255));
+  } else if (how == 2 && f.kind == fs::FactKind::kNext && f.next) {
+    f.next.reset();
+  } else {
+    facts.erase(facts.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 }
 
 // A file-service result for a request that was never executed: one op that created or found an object.

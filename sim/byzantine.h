@@ -39,6 +39,7 @@
 #include "common/crypto.h"
 #include "common/prng.h"
 #include "protocol/effects.h"
+#include "services/fs/fs_codec.h"
 
 namespace bftfs::sim {
 
@@ -133,6 +134,7 @@ class Byzantine {
   void lie_in_early_reply(Reply& reply);
   Bytes plausible_lie(const Bytes& truth);  // a result that differs from `truth` and looks like one
   Bytes plausible_fs_lie(std::span<const std::uint8_t> truth);  // the same for a file-service result
+  void lie_about_facts(std::vector<fs::Fact>& facts);            // ... for a FETCH result: one fact changed
   Bytes fabricated_fs_result();
   Bytes fabricated_result();                // a result for a request that was never executed
 

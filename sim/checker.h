@@ -54,7 +54,14 @@
 //      replica and the reorder-client Byzantine primary try to break it.
 // File-service seeds add the serial-order oracle's checks (sim/fs_check.h, sim/fs_oracle.h): every agreed result
 // is the serial execution's, every read-only result a serial state's within its window, every checkpoint of a
-// correct replica the serial execution's; properties 1-3, 6 and 8-10 apply as they stand.
+// correct replica the serial execution's; properties 1-3, 6 and 8-10 apply as they stand. Seeds with an epoch client
+// (sim/fs_epoch_client.h) add docs/SPECULATION.md §14's properties 11-13, checked by sim/spec_audit.h:
+//  11. Predicates hold where applied: an EPOCH that applied gave each of its entries the result it expects, by an
+//      independent replay of the entries at the EPOCH's place in the agreed history (EpochReplay).
+//  12. All or nothing: at every replica, an EPOCH that did not apply changed no object, and no STAGE or EPOCH
+//      changed an object outside the stream kinds unless it applied (StreamOpAudit, digests around each).
+//  13. Chain: per stream, applied EPOCHs name the epoch applied before them as prev, with increasing numbers, and
+//      no prev twice (EpochReplay).
 #pragma once
 
 #include <cstdint>

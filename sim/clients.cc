@@ -50,6 +50,11 @@ void Simulation::workload(ClientNode& c) {
     c.stopped = true;
     return;
   }
+  if (c.epochs) {
+    epoch_pump(c);
+    drain_client(c);
+    return;
+  }
   if (c.spec_window > 0) {
     if (sc_.fs()) {
       fs_spec_pump(c);
@@ -145,6 +150,10 @@ void Simulation::on_spec_event(ClientNode& c, SpecEvent& ev) {
   comp.wire_request_id = ev.id;
   comp.result = std::move(envelope);
   on_completion(c, comp, ev.kind == SpecEventKind::kRollback ? FinalKind::kRollback : FinalKind::kCommit);
+  if (c.epochs) {
+    epoch_on_final(c, ev);
+    return;
+  }
   if (c.spec_window == 0) return;
   if (sc_.fs()) {
     fs_spec_on_final(c, ev);
@@ -160,6 +169,10 @@ void Simulation::on_first(ClientNode& c, const SpecEvent& ev, const Bytes& envel
   event(fmt("first c%u r%llu from r%u%s %s %s", c.id, ull(ev.id), ev.from, speculative ? " (early)" : "",
             std::string(shim::to_string(ev.status)).c_str(), digest_of(envelope).short_hex().c_str()));
   check_checker();
+  if (c.epochs) {
+    epoch_on_first(c, ev);
+    return;
+  }
   if (c.spec_window == 0 || c.dead.count(ev.id) != 0) return;
   if (sc_.fs()) {
     fs_on_first(c, ev);

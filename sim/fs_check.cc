@@ -10,7 +10,8 @@
 
 namespace bftfs::sim {
 
-FsCheck::FsCheck(FsOracleOptions options) : oracle_(std::move(options)) {}
+FsCheck::FsCheck(FsOracleOptions options, bool replay_epochs)
+    : oracle_(options), replay_(replay_epochs ? std::make_unique<EpochReplay>(options.fs) : nullptr) {}
 
 void FsCheck::on_progress(NodeId replica, std::span<const ExecRecord> finals, std::uint64_t from,
                           std::uint64_t through) {
@@ -34,6 +35,8 @@ void FsCheck::on_progress(NodeId replica, std::span<const ExecRecord> finals, st
 
 void FsCheck::feed(std::uint64_t seq, const std::vector<ExecRecord>& execs) {
   for (const ExecRecord& rec : execs) {
+    // The epoch replay first: its verdict check names what went wrong more precisely than a result digest.
+    if (replay_) replay_->on_execution(rec);
     oracle_.on_execution(ExecContext{rec.seq, rec.client, rec.request_id, rec.timestamp_ns}, rec.op,
                          rec.result_digest);
     count(rec);

@@ -16,11 +16,13 @@
 // sent their CHECKPOINT messages after reporting, and one above it by every replica that committed it without a
 // state transfer. finish() reports a gap as a violation, rather than let the oracle read past it.
 //
-// It also counts, from the agreed executions, what the history did with the file service (FsHistoryStats).
+// It also counts, from the agreed executions, what the history did with the file service (FsHistoryStats), and,
+// in seeds with epoch clients, hands them to EpochReplay (sim/spec_audit.h: checker properties 11 and 13).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@
 #include "common/types.h"
 #include "sim/fs_oracle.h"
 #include "sim/recording_service.h"
+#include "sim/spec_audit.h"
 
 namespace bftfs::sim {
 
@@ -52,8 +55,9 @@ struct FsHistoryStats {
 
 class FsCheck {
  public:
-  // `options` are the oracle's (the replicas' FsOptions, ShimOptions and checkpoint interval).
-  explicit FsCheck(FsOracleOptions options);
+  // `options` are the oracle's (the replicas' FsOptions, ShimOptions and checkpoint interval). With
+  // `replay_epochs`, every agreed execution also goes to an EpochReplay.
+  explicit FsCheck(FsOracleOptions options, bool replay_epochs = false);
 
   // Correct replica `replica` ended a step: `finals` are the executions that became final in it (in seq order),
   // and it has executed every seq in (from, through] itself (see the top of this file). Feeds the oracle every
@@ -69,16 +73,22 @@ class FsCheck {
   const FsOracle& oracle() const { return oracle_; }
   // The largest seq below which the agreed history is complete and fed to the oracle.
   std::uint64_t complete_through() const { return complete_; }
-  bool failed() const { return !violation_.empty() || oracle_.failed(); }
-  // The first violation: the oracle's, or a gap in the history.
-  std::string violation() const { return violation_.empty() ? oracle_.violation() : violation_; }
+  bool failed() const { return !violation_.empty() || oracle_.failed() || (replay_ && replay_->failed()); }
+  // The first violation: a gap in the history, the epoch replay's, or the oracle's.
+  std::string violation() const {
+    if (!violation_.empty()) return violation_;
+    return replay_ && replay_->failed() ? replay_->violation() : oracle_.violation();
+  }
   const FsHistoryStats& stats() const { return stats_; }
+  // The epoch replay's counts (zero without one).
+  SpecAuditStats spec_stats() const { return replay_ ? replay_->stats() : SpecAuditStats{}; }
 
  private:
   void feed(std::uint64_t seq, const std::vector<ExecRecord>& execs);
   void count(const ExecRecord& rec);
 
   FsOracle oracle_;
+  std::unique_ptr<EpochReplay> replay_;
   std::uint64_t complete_ = 0;  // every seq at or below it has been fed
   std::map<std::uint64_t, std::vector<ExecRecord>> known_;  // seqs above complete_ whose executions are known
   std::map<NodeId, std::uint64_t> reported_through_;        // per replica: the highest seq it covered

@@ -100,6 +100,7 @@ std::string Simulation::fs_completed(ClientNode& c, const Completion& comp, Fina
   if (!shim::decode_envelope_result(comp.result, sr)) return " not a shim result";
   fs::Result r;
   if (!fs_result_of(f, sr.status, sr.inner, r)) return describe_fs(sr.status, nullptr);
+  if (c.epochs) return describe_fs(sr.status, &r);  // its program learns from its model only
   // A first reply it learned from was either this result (a commit) or a misprediction it learns past.
   if (!f.learned || kind == FinalKind::kRollback) c.fs->on_result(f.request, r);
   return describe_fs(sr.status, &r);

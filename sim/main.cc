@@ -76,6 +76,14 @@ struct Totals {
   std::uint64_t fs_with_speculating_clients = 0;
   std::uint64_t fs_with_rename_across_done = 0;
   std::uint64_t fs_with_predicate_failed = 0;
+  // ... and with an epoch client (sim/fs_epoch_client.h).
+  std::uint64_t fs_with_epochs = 0;
+  std::uint64_t fs_with_epoch_applied = 0;
+  std::uint64_t fs_with_epoch_entry_failed = 0;
+  std::uint64_t fs_with_epoch_chain_failed = 0;
+  std::uint64_t fs_with_epoch_rollback = 0;
+  std::uint64_t fs_with_epoch_staged = 0;
+  std::uint64_t fs_with_epoch_first_wrong = 0;
 
   void add_fs(const SimStats& s) {
     if (s.fs_seed == 0) return;
@@ -91,6 +99,13 @@ struct Totals {
     fs_with_speculating_clients += s.cs_speculating_clients > 0 ? 1 : 0;
     fs_with_rename_across_done += s.fs_renames_across_done > 0 ? 1 : 0;
     fs_with_predicate_failed += s.fs_predicate_failed > 0 ? 1 : 0;
+    fs_with_epochs += s.epoch_clients > 0 ? 1 : 0;
+    fs_with_epoch_applied += s.epoch_hist_applied > 0 ? 1 : 0;
+    fs_with_epoch_entry_failed += s.epoch_hist_entry > 0 ? 1 : 0;
+    fs_with_epoch_chain_failed += s.epoch_hist_chain > 0 ? 1 : 0;
+    fs_with_epoch_rollback += s.epoch_rollbacks > 0 ? 1 : 0;
+    fs_with_epoch_staged += s.epoch_entries_staged > 0 ? 1 : 0;
+    fs_with_epoch_first_wrong += s.epoch_firsts_wrong > 0 ? 1 : 0;
   }
 
   void add(const SimStats& s) {
@@ -153,6 +168,20 @@ void print_fs_stats(const SimStats& s, const char* indent) {
               "window %llu, unverifiable %llu), checkpoints compared %llu; invariant walks of correct replicas %llu\n",
               indent, ull(s.fs_executions), ull(s.fs_read_only_reads), ull(s.fs_reads_checked),
               ull(s.fs_reads_unverifiable), ull(s.fs_checkpoints_compared), ull(s.fs_invariant_checks));
+  if (s.epoch_clients == 0) return;
+  std::printf("%sepoch clients (%llu): program requests %llu; FETCH %llu (first replies used %llu, of them wrong "
+              "%llu; inconsistent facts %llu), RESERVE %llu, STAGE %llu, EPOCH %llu; epochs committed %llu, failed "
+              "%llu, rollbacks %llu (entries discarded %llu)\n",
+              indent, ull(s.epoch_clients), ull(s.epoch_program_steps), ull(s.epoch_fetches), ull(s.epoch_firsts_used),
+              ull(s.epoch_firsts_wrong), ull(s.epoch_inconsistent), ull(s.epoch_reserves), ull(s.epoch_stages),
+              ull(s.epoch_sealed), ull(s.epoch_committed), ull(s.epoch_failed), ull(s.epoch_rollbacks),
+              ull(s.epoch_discarded_entries));
+  std::printf("%sepochs, agreed history: STAGE %llu, EPOCH %llu (APPLIED %llu, CHAIN %llu, STAGING %llu, ENTRY "
+              "%llu); entries replayed independently %llu (staged %llu); STAGE and EPOCH executions digested at "
+              "replicas %llu\n",
+              indent, ull(s.epoch_hist_stages), ull(s.epoch_hist_epochs), ull(s.epoch_hist_applied),
+              ull(s.epoch_hist_chain), ull(s.epoch_hist_staging), ull(s.epoch_hist_entry),
+              ull(s.epoch_entries_replayed), ull(s.epoch_entries_staged), ull(s.epoch_replica_audits));
 }
 
 void print_stats(const SimStats& s, const char* indent) {
@@ -247,6 +276,13 @@ void print_coverage(const Totals& totals) {
               ull(totals.fs_with_read_only), ull(totals.fs_with_crash), ull(totals.fs_with_all_crash),
               ull(totals.fs_with_byzantine), ull(totals.fs_with_early_lie), ull(totals.fs_with_rename_across_done),
               ull(totals.fs_with_predicate_failed));
+  if (totals.fs_with_epochs == 0) return;
+  std::printf("  epoch coverage (of %llu seeds with an epoch client, where it ran): an epoch applied %llu, an EPOCH "
+              "failed at an entry %llu, at the chain %llu, a rollback at the client %llu, staged entries applied or "
+              "replayed %llu, a wrong first reply to a FETCH %llu\n",
+              ull(totals.fs_with_epochs), ull(totals.fs_with_epoch_applied), ull(totals.fs_with_epoch_entry_failed),
+              ull(totals.fs_with_epoch_chain_failed), ull(totals.fs_with_epoch_rollback),
+              ull(totals.fs_with_epoch_staged), ull(totals.fs_with_epoch_first_wrong));
 }
 
 struct Options {
@@ -287,6 +323,10 @@ void declare_options(CLI::App& app, Options& o) {
   app.add_option("--cs", o.base.speculation,
                  "PBFT-CS: 1 forces early replies, the shim and speculating clients; 0 forbids the shim and "
                  "speculating clients")
+      ->check(CLI::Range(0, 1));
+  app.add_option("--epochs", o.base.epochs,
+                 "file-service seeds: 1 makes the last client an epoch client (speculation epochs, "
+                 "docs/SPECULATION.md §14), 0 never; default: half of the seeds")
       ->check(CLI::Range(0, 1));
   app.footer(scenario_list());
 }

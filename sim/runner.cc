@@ -208,6 +208,8 @@ bool parse_regression_line(const std::string& line, SimConfig& out, bool& empty,
       c.byzantine = v == 1;
     } else if (key == "cs" && numeric && v <= 1) {
       c.speculation = static_cast<int>(v);
+    } else if (key == "epochs" && numeric && v <= 1) {
+      c.epochs = static_cast<int>(v);
     } else {
       error = "bad option '" + word + "'";
       return false;

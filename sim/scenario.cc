@@ -53,6 +53,30 @@ void choose_fs(const SimConfig& c, Scenario& s) {
   w.other_users = p.chance(3, 4);
 }
 
+// Epoch clients (docs/SPECULATION.md §14) came after the file-service seeds: a stream of their own picks half of
+// the file-service seeds (or all, or none, as SimConfig::epochs says) to run their last client as an epoch client,
+// a plain one otherwise. Under this salt no file-service seed of sim/regression-seeds.txt, nor any seed the unit
+// tests run with the file service (1 to 6, 11, 20, 21, 30, 34), is picked when the seed decides.
+constexpr std::uint64_t kEpochSalt = 0xE90C0670;
+
+void choose_epochs(const SimConfig& c, Scenario& s) {
+  Prng p(mix(c.seed, kEpochSalt));
+  const bool drawn = p.chance(1, 2);
+  EpochClientOptions& o = s.epoch_options;
+  const std::uint32_t lengths[] = {1, 4, 12, 32};
+  o.entries_min = 1;
+  o.entries_max = lengths[p.below(4)];
+  o.pipeline = 1 + static_cast<std::uint32_t>(p.below(3));
+  o.first_replies = p.chance(3, 4);
+  // Parts just above the largest entry the workload draws (up to 4 WRITEs of io_bytes_max, names and the rest
+  // well under 4 KiB), so that longer epochs stage parts; or as large as a request allows.
+  o.part_bytes = p.chance(2, 3) ? 4 * s.fs_workload.io_bytes_max + 4096 : spec::kPartBytesMax;
+  const std::uint16_t reserves[] = {4, 16, 64};
+  o.reserve = reserves[p.below(3)];
+  const bool on = c.epochs == 1 || (c.epochs == -1 && drawn);
+  s.epoch_client = on ? s.clients : 0;
+}
+
 // The fault mode: drawn for "random", else the one named (a strategy name means the Byzantine mode).
 bool choose_mode(const std::string& name, bool byzantine_allowed, Prng& p, Scenario& s, Forced& forced,
                  std::string& error) {
@@ -324,8 +348,13 @@ std::string describe_lies(const Scenario& s) {
 std::string describe_fs(const Scenario& s) {
   if (!s.fs()) return "";
   const FsWorkloadOptions& w = s.fs_workload;
-  return fmt(" fs=P%llu/root%o names=%u io=%u ro=%u%%%s", ull(s.fs_options.partitions), s.fs_options.root_mode,
-             w.names, w.io_bytes_max, w.read_only_percent, w.other_users ? " users" : "");
+  const EpochClientOptions& e = s.epoch_options;
+  const std::string epochs = s.epoch_client == 0 ? ""
+                                                 : fmt(" epochs=c%u/len%u/pipe%u/%s/part%zu/res%u", s.epoch_client - 1,
+                                                       e.entries_max, e.pipeline, e.first_replies ? "first" : "final",
+                                                       e.part_bytes, e.reserve);
+  return fmt(" fs=P%llu/root%o names=%u io=%u ro=%u%%%s%s", ull(s.fs_options.partitions), s.fs_options.root_mode,
+             w.names, w.io_bytes_max, w.read_only_percent, w.other_users ? " users" : "", epochs.c_str());
 }
 
 std::string describe_cs(const Scenario& s) {
@@ -386,6 +415,7 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   choose_byzantine(c, p, s, forced);
   choose_lying(c, s, forced, lie_draw);
   if (s.fs()) choose_fs(c, s);
+  if (s.fs()) choose_epochs(c, s);
   return true;
 }
 

@@ -18,6 +18,7 @@
 #include "shim/shim.h"
 #include "services/fs/fs_service.h"
 #include "sim/byzantine.h"
+#include "sim/fs_epoch_client.h"
 #include "sim/fs_workload.h"
 #include "sim/network.h"
 #include "sim/service_stack.h"
@@ -29,6 +30,7 @@ inline constexpr std::uint32_t kPpm = 1'000'000;
 inline constexpr std::uint32_t kClients = 3;          // clients of every seed (plus the pipelining one)
 inline constexpr std::uint32_t kPipelineWindow = 8;   // requests in flight of the pipelining client (null variant)
 inline constexpr std::uint32_t kSpecWindowMax = 8;    // increments in flight of a speculating client (1..8)
+inline constexpr std::uint32_t kEpochClientWindow = 4;  // requests in flight of an epoch client (more are held)
 
 // The fault mode of a seed: what its fault phase does besides the network's delay.
 enum class Mode { kCalm, kNetwork, kCrash, kAllCrash, kByzantine };
@@ -73,6 +75,10 @@ struct Scenario {
   // so that state transfer moves real ones) and the clients' workload.
   fs::FsOptions fs_options;
   FsWorkloadOptions fs_workload;
+  // File-service seeds with an epoch client (sim/fs_epoch_client.h), drawn from a stream of their own: 1 + the
+  // index of the client that runs epochs instead of sending its requests (0: none), and its options.
+  std::uint32_t epoch_client = 0;
+  EpochClientOptions epoch_options;
 
   // One line: every choice above, in a fixed order (printed with each result and in every failure report).
   std::string describe() const;

@@ -45,6 +45,19 @@ Bytes corrupt_fs_writes(std::span<const std::uint8_t> op) {
   return shim::encode_envelope(envelope);
 }
 
+Bytes strip_epoch_entries(std::span<const std::uint8_t> op) {
+  shim::ShimRequest envelope;
+  fs::Request request;
+  if (shim::decode_envelope(op, envelope) != shim::EnvelopeError::kOk ||
+      fs::decode_request(envelope.op, request) != fs::FsDecodeError::kOk || request.ops.size() != 1 ||
+      request.ops[0].code != fs::OpCode::kEpoch) {
+    return Bytes(op.begin(), op.end());
+  }
+  request.ops[0].entries.clear();
+  envelope.op = fs::encode_request(request);
+  return shim::encode_envelope(envelope);
+}
+
 Bytes OpRewriter::execute(const ExecContext& ctx, std::span<const std::uint8_t> op) {
   return inner_.execute(ctx, rewrite_(op));
 }
@@ -94,15 +107,21 @@ SimStack::SimStack(const SimStackOptions& options, MemorySnapshotStore& store) {
   }
   BFT_ASSERT(service != nullptr);
   Service* top_below = service.get();
+  if (fs != nullptr) {
+    audit = std::make_unique<StreamOpAudit>(*service, *fs);
+    top_below = audit.get();
+  }
   if (options.shim) {
     // Recovers the shim's logs of the service's recovered checkpoint from the same store (shim.h).
-    probe = std::make_unique<ExecutionProbe>(*service);
+    probe = std::make_unique<ExecutionProbe>(*top_below);
     shim = std::make_unique<shim::Shim>(*probe, &store, options.shim_options);
     top_below = shim.get();
     if (options.strip_predicates) {
       saboteur = std::make_unique<OpRewriter>(*shim, strip_predicates);
     } else if (options.corrupt_fs_writes) {
       saboteur = std::make_unique<OpRewriter>(*shim, corrupt_fs_writes);
+    } else if (options.strip_epoch_entries) {
+      saboteur = std::make_unique<OpRewriter>(*shim, strip_epoch_entries);
     }
     if (saboteur) top_below = saboteur.get();
   }

@@ -3,7 +3,7 @@
 //
 // A seed's replicas run
 //   Replica -> RecordingService [-> OpRewriter] [-> shim::Shim -> ExecutionProbe]
-//           -> CounterService | NullService | fs::FsService
+//           -> CounterService | NullService | [StreamOpAudit ->] fs::FsService
 // (the parts in brackets in PBFT-CS seeds and file-service seeds, which always run the shim, as in production; the
 // rewriter only with SimConfig::sabotage_predicates or sabotage_fs, on correct replicas). RecordingService hands the checker what became final (sim/recording_service.h). A new service for
 // the simulator is one more inner service here, with what its checker needs to read from it.
@@ -19,6 +19,7 @@
 #include "shim/shim.h"
 #include "sim/cluster.h"
 #include "sim/recording_service.h"
+#include "sim/spec_audit.h"
 
 namespace bftfs::sim {
 
@@ -57,6 +58,8 @@ class OpRewriter final : public Service {
 // SimConfig::sabotage_predicates: the envelope without its dependencies, so the shim below executes requests
 // whatever their predicates (an op that is not an envelope, or has none, stays as it is).
 Bytes strip_predicates(std::span<const std::uint8_t> op);
+// SimConfig::sabotage_epochs: an EPOCH of a file-service request inside an envelope without its inline entries.
+Bytes strip_epoch_entries(std::span<const std::uint8_t> op);
 // SimConfig::sabotage_fs: every WRITE of a file-service request inside an envelope writes its first byte
 // altered, so the replicas' trees drift from what the clients asked for, all alike.
 Bytes corrupt_fs_writes(std::span<const std::uint8_t> op);
@@ -68,6 +71,7 @@ struct SimStackOptions {
   shim::ShimOptions shim_options;
   bool strip_predicates = false;  // an OpRewriter over the shim that strips predicates (needs `shim`)
   bool corrupt_fs_writes = false;  // an OpRewriter over the shim that alters WRITE data (needs `shim`)
+  bool strip_epoch_entries = false;  // an OpRewriter over the shim that empties EPOCHs (needs `shim`)
   fs::FsOptions fs_options;       // kFs: the file service's (every replica and the oracle use the same)
 };
 
@@ -82,6 +86,7 @@ class SimStack final : public ServiceStack {
   std::unique_ptr<Service> service;       // CounterService, NullService or FsService
   CounterService* counter = nullptr;      // `service` when it is the counter
   fs::FsService* fs = nullptr;            // `service` when it is the file service
+  std::unique_ptr<StreamOpAudit> audit;   // the file service: property 12 around STAGE and EPOCH (spec_audit.h)
   std::unique_ptr<ExecutionProbe> probe;  // PBFT-CS: between the shim and the service
   std::unique_ptr<shim::Shim> shim;       // PBFT-CS: the shim over the probe
   std::unique_ptr<OpRewriter> saboteur;   // strip_predicates or corrupt_fs_writes

@@ -44,6 +44,7 @@ std::unique_ptr<ServiceStack> Simulation::make_stack(NodeId id, MemorySnapshotSt
   o.shim_options = sc_.shim_options;
   o.strip_predicates = sc_.shim && config_.sabotage_predicates && cluster_->host(id).correct();
   o.corrupt_fs_writes = sc_.fs() && config_.sabotage_fs && cluster_->host(id).correct();
+  o.strip_epoch_entries = sc_.fs() && config_.sabotage_epochs && cluster_->host(id).correct();
   o.fs_options = sc_.fs_options;
   return std::make_unique<SimStack>(o, store);
 }
@@ -58,7 +59,7 @@ void Simulation::setup() {
     oo.fs = sc_.fs_options;
     oo.shim = sc_.shim_options;
     oo.checkpoint_interval = sc_.replica.checkpoint_interval;
-    fs_check_ = std::make_unique<FsCheck>(oo);
+    fs_check_ = std::make_unique<FsCheck>(oo, sc_.epoch_client != 0);
     fs_stable_.assign(sc_.n, 0);
     stats_.fs_seed = 1;
   }
@@ -106,12 +107,14 @@ void Simulation::make_clients() {
     if (c->pipelining) co.window = kPipelineWindow;
     // File-service clients that do not speculate are plain PBFT clients sending shim envelopes: their
     // completions say whether a read was answered read-only or fell back to ordering, and under which id.
-    if (sc_.shim && !(sc_.fs() && sc_.spec_windows[j] == 0)) {
+    // An epoch client uses first replies (of its FETCHes) and keeps several requests in flight.
+    const bool epochs = sc_.fs() && sc_.epoch_client == j + 1;
+    if (sc_.shim && !(sc_.fs() && sc_.spec_windows[j] == 0 && !epochs)) {
       c->spec_window = sc_.spec_windows[j];
       SpecClientOptions so;
       so.client = co;
-      so.client.window = std::max<std::uint32_t>(c->spec_window, 1);
-      so.speculate = c->spec_window > 0;
+      so.client.window = epochs ? kEpochClientWindow : std::max<std::uint32_t>(c->spec_window, 1);
+      so.speculate = c->spec_window > 0 || epochs;
       so.failure_window = sc_.failure_window;
       so.failure_permille_max = sc_.failure_permille_max;
       c->spec = std::make_unique<SpecClient>(so, c->id, crypto, mix(config_.seed, 0xC11 + c->id));
@@ -120,6 +123,7 @@ void Simulation::make_clients() {
       c->client = std::make_unique<Client>(co, c->id, crypto, mix(config_.seed, 0xC11 + c->id));
     }
     if (sc_.fs()) make_fs_client(*c);
+    if (epochs) make_epoch_client(*c);
     c->token = counter_initial_token(c->id);
     c->committed_token = c->token;
     stats_.pipelined_clients += c->pipelining || c->spec_window > 1 ? 1 : 0;
@@ -176,6 +180,9 @@ void Simulation::after_replica_step(ReplicaHost& r) {
     }
     if (!recording.contract_error().empty()) {
       fail(fmt("service contract: replica %u: %s", r.id, recording.contract_error().c_str()));
+    }
+    if (stack(r).audit && !stack(r).audit->violation().empty()) {
+      fail(fmt("replica %u: %s", r.id, stack(r).audit->violation().c_str()));
     }
     check_checker();
     if (fs_check_) fs_after_step(r, finals);

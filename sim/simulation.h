@@ -25,6 +25,7 @@
 #include "sim/checker.h"
 #include "sim/cluster.h"
 #include "sim/fs_check.h"
+#include "sim/fs_epoch_client.h"
 #include "sim/fs_workload.h"
 #include "sim/scenario.h"
 #include "sim/service_stack.h"
@@ -77,6 +78,9 @@ struct ClientNode {
     bool learned = false;        // the workload learned from its first reply
   };
   std::unique_ptr<FsWorkload> fs;
+  // An epoch client (sim/fs_epoch_client.h) instead of the above: its program's requests go to its local model,
+  // and only FETCH, RESERVE, STAGE and EPOCH requests to the replicas.
+  std::unique_ptr<EpochClient> epochs;
   Prng fs_prng{0};
   std::map<std::uint64_t, FsInFlight> fs_ops;
   std::uint64_t fs_read_id = 0;  // speculating client: the read-only read in flight (0: none)
@@ -175,6 +179,17 @@ class Simulation final : private ClusterObserver {
   void fs_spec_submit(ClientNode& c, bool allow_read);
   void fs_spec_on_final(ClientNode& c, const SpecEvent& ev);
   void fs_spec_resume(ClientNode& c);
+  // ---- epoch clients (fs_epoch_clients.cc) ----
+  void make_epoch_client(ClientNode& c);
+  std::uint32_t epoch_length(ClientNode& c);  // entries of the next epoch, drawn
+  std::uint64_t epoch_submit(ClientNode& c, fs::Request request, const char* what);
+  void epoch_pump(ClientNode& c);    // runs the program while the model answers; FETCH, RESERVE, seals
+  bool epoch_answer(ClientNode& c);  // the pending request answered (true), or a FETCH sent
+  void epoch_seal(ClientNode& c);
+  void epoch_on_first(ClientNode& c, const SpecEvent& ev);
+  void epoch_on_final(ClientNode& c, const SpecEvent& ev);
+  void epoch_verdicts(ClientNode& c);
+  void epoch_rollback(ClientNode& c, const EpochClient::Sealed& failed);
   // ---- the file service's replica side (simulation.cc) ----
   void fs_after_step(ReplicaHost& r, const std::vector<ExecRecord>& finals);
   void fs_check_replica(ReplicaHost& r, const char* when);
@@ -185,6 +200,7 @@ class Simulation final : private ClusterObserver {
   void collect_replica_stats();
   void collect_client_stats();
   void collect_fs_stats();
+  void collect_epoch_stats();
   std::string failure_report(const std::string& what) const;
   std::string trace_text() const;
   const char* phase_name() const;

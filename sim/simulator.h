@@ -49,6 +49,9 @@ struct SimConfig {
   // service); 0 forbids speculating clients, and the shim but for the file service, which always runs behind it
   // (early replies still as the seed chooses).
   int speculation = -1;
+  // File-service seeds: -1 chosen by the seed (half of them), 1 always, 0 never: the last client is an epoch client
+  // (sim/fs_epoch_client.h) that sends FETCH, RESERVE, STAGE and EPOCH requests built by spec/'s epoch engine.
+  int epochs = -1;
   bool verbose = false;  // print every event and debug logs to stdout as the run goes
   // Tests of the simulator only: replica 1's final executions reach the checker with an altered result digest,
   // so a run must fail with "agreed results" or "accepted result" (proves the checker is wired to the cluster).
@@ -61,6 +64,10 @@ struct SimConfig {
   // its shim sees it, all alike, so the correct replicas agree with each other but not with a serial execution
   // of what the clients sent; the run must fail with one of the oracle's violations (proves the oracle is wired).
   bool sabotage_fs = false;
+  // Tests of the simulator only (seeds with an epoch client): every correct replica executes each EPOCH without its
+  // inline entries, so batches whose entries do not hold apply anyway; the run must fail with "predicates hold
+  // where applied" (proves the epoch replay is wired).
+  bool sabotage_epochs = false;
   std::uint32_t trace_events = 48;  // events kept for the failure report
 };
 
@@ -174,6 +181,32 @@ struct SimStats {
   std::uint64_t fs_reads_unverifiable = 0;  // ... whose window began before the oracle's oldest state
   std::uint64_t fs_checkpoints_compared = 0;  // correct replicas' checkpoint digests compared with the oracle's
   std::uint64_t fs_invariant_checks = 0;      // FsService::check_invariants runs on correct replicas
+  // File-service seeds with an epoch client (sim/fs_epoch_client.h; checker properties 11-13, sim/spec_audit.h).
+  // What the client did:
+  std::uint64_t epoch_clients = 0;
+  std::uint64_t epoch_program_steps = 0;   // program requests answered by the local model (entries)
+  std::uint64_t epoch_fetches = 0;         // FETCH requests sent
+  std::uint64_t epoch_firsts_used = 0;     // ... whose first reply fed the model (1-reply predictions)
+  std::uint64_t epoch_firsts_wrong = 0;    // ... whose final reply then differed
+  std::uint64_t epoch_inconsistent = 0;    // model runs on contradicting facts (clean facts dropped)
+  std::uint64_t epoch_reserves = 0;        // RESERVE requests sent
+  std::uint64_t epoch_stages = 0;          // STAGE requests sent
+  std::uint64_t epoch_sealed = 0;          // EPOCH requests sent
+  std::uint64_t epoch_committed = 0;       // epochs whose batch applied
+  std::uint64_t epoch_failed = 0;          // epochs discarded (verdict not APPLIED, or chained on such an epoch)
+  std::uint64_t epoch_rollbacks = 0;       // program restored from a checkpoint
+  std::uint64_t epoch_discarded_entries = 0;
+  // What the agreed history did with them (EpochReplay), and the STAGE and EPOCH executions whose objects the
+  // replicas' audits digested (property 12; the replicas' last incarnations only).
+  std::uint64_t epoch_hist_stages = 0;
+  std::uint64_t epoch_hist_epochs = 0;
+  std::uint64_t epoch_hist_applied = 0;    // every entry replayed and checked (property 11), chain checked (13)
+  std::uint64_t epoch_hist_chain = 0;
+  std::uint64_t epoch_hist_staging = 0;
+  std::uint64_t epoch_hist_entry = 0;      // an entry's predicate was false where the batch executed
+  std::uint64_t epoch_entries_replayed = 0;
+  std::uint64_t epoch_entries_staged = 0;  // ... from staged parts
+  std::uint64_t epoch_replica_audits = 0;
   std::uint64_t fingerprint = 0;     // hash of the delivered frames in order: equal for equal runs
 };
 
@@ -202,7 +235,7 @@ std::vector<SimResult> run_many(const std::vector<SimConfig>& configs, unsigned 
                                 const std::function<void(const SimResult&)>& done);
 
 // sim/regression-seeds.txt: one run per line, "SEED [key=value ...]" with keys f, ticks, scenario, service,
-// byzantine (0/1), cs (0/1: SimConfig::speculation); '#' starts a comment. Returns false with `error` set on a malformed line.
+// byzantine (0/1), cs (0/1: SimConfig::speculation), epochs (0/1: SimConfig::epochs); '#' starts a comment. Returns false with `error` set on a malformed line.
 bool parse_regression_line(const std::string& line, SimConfig& out, bool& empty, std::string& error);
 // Path of sim/regression-seeds.txt in the source tree this library was built from.
 std::string regression_seeds_path();

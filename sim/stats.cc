@@ -94,6 +94,41 @@ void Simulation::collect_fs_stats() {
   stats_.fs_reads_unverifiable = o.reads_unverifiable;
   stats_.fs_checkpoints_compared = o.checkpoints_compared;
   stats_.fs_invariant_checks = fs_invariant_checks_;
+  collect_epoch_stats();
+}
+
+void Simulation::collect_epoch_stats() {
+  for (const auto& c : clients_) {
+    if (!c->epochs) continue;
+    const EpochClientStats& e = c->epochs->stats;
+    ++stats_.epoch_clients;
+    stats_.epoch_program_steps += e.program_steps;
+    stats_.epoch_fetches += e.fetches;
+    stats_.epoch_firsts_used += e.first_replies_used;
+    stats_.epoch_firsts_wrong += e.first_replies_wrong;
+    stats_.epoch_inconsistent += e.inconsistent;
+    stats_.epoch_reserves += e.reserves;
+    stats_.epoch_stages += e.stages;
+    stats_.epoch_sealed += e.sealed;
+    stats_.epoch_committed += e.committed;
+    stats_.epoch_failed += e.failed;
+    stats_.epoch_rollbacks += e.rollbacks;
+    stats_.epoch_discarded_entries += e.discarded_entries;
+  }
+  const SpecAuditStats h = fs_check_->spec_stats();
+  stats_.epoch_hist_stages = h.stages;
+  stats_.epoch_hist_epochs = h.epochs;
+  stats_.epoch_hist_applied = h.epochs_applied;
+  stats_.epoch_hist_chain = h.epochs_chain;
+  stats_.epoch_hist_staging = h.epochs_staging;
+  stats_.epoch_hist_entry = h.epochs_entry;
+  stats_.epoch_entries_replayed = h.entries_replayed;
+  stats_.epoch_entries_staged = h.entries_staged;
+  if (!cluster_) return;
+  for (NodeId id = 0; id < sc_.n; ++id) {
+    const ReplicaHost& r = cluster_->host(id);
+    if (r.stack && stack(r).audit) stats_.epoch_replica_audits += stack(r).audit->audited();
+  }
 }
 
 void Simulation::collect_stats() {

@@ -69,17 +69,31 @@ CachingObjectStore::Insert CachingObjectStore::insert(const fs::Fact& fact) {
       known_.emplace(fact.key, Known{Known::State::kValue, fs::make_value(fact.value)});
       return Insert::kKept;
     }
-    case fs::FactKind::kAbsent:
-      if (known_.count(fact.key) != 0 || in_interval(fact.key)) return Insert::kKnown;
+    case fs::FactKind::kAbsent: {
+      const auto k = known_.find(fact.key);
+      if (k != known_.end()) {
+        if (k->second.state != Known::State::kPresent) return Insert::kKnown;
+        k->second = Known{Known::State::kAbsent, nullptr};  // gone since: what it is now, not what it was
+        return Insert::kKept;
+      }
+      if (in_interval(fact.key)) return Insert::kKnown;
       known_.emplace(fact.key, Known{Known::State::kAbsent, nullptr});
       return Insert::kKept;
+    }
     case fs::FactKind::kNext: return insert_next(fact);
   }
   return Insert::kInvalid;
 }
 
 CachingObjectStore::Insert CachingObjectStore::insert_next(const fs::Fact& fact) {
-  bool kept = add_interval(fact.key, fact.next);
+  // A key known only to exist, which a newer state says is gone (the fact's interval starts at it): without
+  // taking this, a read of its value would ask again for ever, and FETCH would keep answering that it is gone.
+  bool kept = false;
+  if (const auto k = known_.find(fact.key); k != known_.end() && k->second.state == Known::State::kPresent) {
+    k->second = Known{Known::State::kAbsent, nullptr};
+    kept = true;
+  }
+  kept = add_interval(fact.key, fact.next) || kept;
   if (fact.next.has_value() && known_.count(*fact.next) == 0 && !in_interval(*fact.next)) {
     known_.emplace(*fact.next, Known{Known::State::kPresent, nullptr});
     kept = true;

@@ -36,8 +36,8 @@ class CachingObjectStore final : public fs::CheckpointedStore {
     kKnown,    // the store already knew the key (or the interval): dropped
     kInvalid,  // a value that is not a well-formed value of its key: dropped (a lie, or a bug)
   };
-  // Inserts a FETCH fact where the store knows nothing: a value or absence of an unknown key (or the value of
-  // a key known only to exist); an interval, of which only the part not yet known counts (keys known inside it
+  // Inserts a FETCH fact where the store knows nothing: a value or absence of an unknown key (or the value, or
+  // the absence, of a key known only to exist: also as the start of a next fact); an interval, of which only the part not yet known counts (keys known inside it
   // keep what is known of them); the key that ends a next fact, known to exist.
   Insert insert(const fs::Fact& fact);
   // Sets what `key` holds (null: absent), replacing what was known: for facts newer than anything fetched

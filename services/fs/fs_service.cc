@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/assert.h"
+#include "common/crypto.h"
 #include "services/checkpoint_keeper_internal.h"
 #include "services/fs/checkpointed_store.h"
 #include "services/fs/fs_service_impl.h"
@@ -137,6 +138,22 @@ std::vector<std::uint64_t> FsService::damaged_partitions() const {
 std::string FsService::check_invariants() const { return impl_->check_invariants(); }
 std::uint64_t FsService::undo_records() const { return impl_->undo.size(); }
 std::uint64_t FsService::object_count() const { return impl_->store.object_count(); }
+
+Digest FsService::objects_digest(bool stream_objects) const {
+  DigestBuilder b;
+  Bytes key;
+  for (std::uint64_t p = 0; p < impl_->store.partition_count(); ++p) {
+    b.add_u64(p);
+    impl_->store.for_each_in_partition(p, [&](const ObjectKey& k, const Value& v) {
+      if (!stream_objects && k.kind >= Kind::kStream) return;
+      key.clear();
+      encode_key(k, key);
+      b.add_u32(static_cast<std::uint32_t>(key.size())).add(key);
+      b.add_u32(static_cast<std::uint32_t>(v->size())).add(*v);
+    });
+  }
+  return b.finish();
+}
 const FsOptions& FsService::options() const { return impl_->opt; }
 
 }  // namespace bftfs::fs

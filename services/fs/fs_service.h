@@ -121,6 +121,10 @@ class FsService final : public Service {
   std::string check_invariants() const;
   std::uint64_t undo_records() const;
   std::uint64_t object_count() const;
+  // A digest of every object (keys and values, partition by partition), leaving out the speculation streams'
+  // objects (kinds kStream .. kStaged) unless `stream_objects`: two states with the same file tree give the same
+  // digest without them. Walks every object: the simulator's all-or-nothing check (docs/SPECULATION.md §14).
+  Digest objects_digest(bool stream_objects) const;
   const FsOptions& options() const;
 
  private:

@@ -54,6 +54,22 @@ TEST_CASE("spec the store answers from facts, reports where they stop, and never
   CHECK(unknown([&] { s.get(d5); }) == d5);  // known to exist, value unknown
   CHECK(s.insert(value_fact(d5, Bytes{5})) == CachingObjectStore::Insert::kKept);
   CHECK(*s.get(d5) == Bytes{5});
+  // A key known only to exist that a newer state says is gone (the start of a next fact, or an absent fact):
+  // taken, or a read of it would ask for ever (found by the simulator, sim/FINDINGS.md F11).
+  {
+    CachingObjectStore t(16);
+    const ObjectKey d8 = ObjectKey::data(9, 8);
+    CHECK(t.insert(next_fact(ObjectKey::data(9, 7), d8)) == CachingObjectStore::Insert::kKept);
+    CHECK(unknown([&] { t.get(d8); }) == d8);
+    CHECK(t.insert(next_fact(d8, ObjectKey::data(9, 10))) == CachingObjectStore::Insert::kKept);
+    CHECK(t.get(d8) == nullptr);
+    CHECK(t.first_at_or_after(ObjectKey::data(9, 7)) == ObjectKey::data(9, 10));
+    const ObjectKey d12 = ObjectKey::data(9, 12);
+    CHECK(t.insert(next_fact(ObjectKey::data(9, 11), d12)) == CachingObjectStore::Insert::kKept);
+    CHECK(t.insert(Fact{FactKind::kAbsent, d12, {}, std::nullopt}) == CachingObjectStore::Insert::kKept);
+    CHECK(t.get(d12) == nullptr);
+    CHECK(t.insert(Fact{FactKind::kAbsent, d12, {}, std::nullopt}) == CachingObjectStore::Insert::kKnown);
+  }
 
   // The model's own changes: erasing d1 lets a scan walk past it; a put inside an interval is found.
   s.erase(d1);

@@ -1,0 +1,253 @@
+// The file-service clients that run epochs (simulation.h, sim/fs_epoch_client.h): the program's requests answered
+// by the local model, FETCH, RESERVE, STAGE and EPOCH requests through the speculation library, the verdicts in
+// epoch order, and the rollback of the program to the checkpoint of the first epoch that failed
+// (docs/SPECULATION.md §6.4, §6.7, §6.8, §14).
+#include <algorithm>
+#include <utility>
+
+#include "common/assert.h"
+#include "services/fs/fs_codec.h"
+#include "sim/mix.h"
+#include "sim/simulation.h"
+#include "sim/strfmt.h"
+#include "spec/entry_builder.h"
+
+namespace bftfs::sim {
+
+namespace {
+
+constexpr std::uint64_t kEpochStream = 1;      // the stream id every epoch client uses (one run per client)
+constexpr std::uint32_t kFirstReplyRounds = 2;  // FETCH rounds of one request that may use first replies
+constexpr std::uint64_t kPoolLow = 4;           // RESERVE when fewer inode numbers than this are left
+// A request still unanswered after this many FETCHes: the open epoch's entries are sealed without it, so that a
+// lie the open epoch used reaches the replicas' replay (which fails it: rollback) instead of stalling the client.
+constexpr std::uint32_t kFetchRoundsSeal = 8;
+
+fs::Op stream_op(fs::OpCode code) {
+  fs::Op op;
+  op.code = code;
+  op.stream = kEpochStream;
+  return op;
+}
+
+fs::Request fetch_request(std::uint32_t round, const fs::Request& entry, const std::vector<fs::ObjectKey>& missing) {
+  fs::Op op = stream_op(fs::OpCode::kFetch);
+  if (round < kFirstReplyRounds || missing.empty()) {
+    op.fetch_mode = fs::FetchMode::kTrace;
+    op.trace = entry;
+  } else {
+    op.fetch_mode = fs::FetchMode::kKeys;
+    op.keys.assign(missing.begin(), missing.begin() + std::min<std::size_t>(missing.size(), fs::kFetchKeysMax));
+  }
+  return fs::Request{{std::move(op)}};
+}
+
+bool creates_inode(fs::OpCode code) {
+  return code == fs::OpCode::kCreate || code == fs::OpCode::kMkdir || code == fs::OpCode::kSymlink ||
+         code == fs::OpCode::kMknod;
+}
+
+// The one OpResult of a speculation op's executed result, if it has one with no errno.
+std::optional<fs::OpResult> stream_result(const SpecEvent& ev, fs::OpCode code) {
+  fs::Result r;
+  if (ev.status != shim::ShimStatus::kExecuted || fs::decode_result(ev.result, r) != fs::FsDecodeError::kOk ||
+      r.outcome != fs::Outcome::kDone || r.results.size() != 1 || r.results[0].code != code) {
+    return std::nullopt;
+  }
+  return std::move(r.results[0]);
+}
+
+}  // namespace
+
+void Simulation::make_epoch_client(ClientNode& c) {
+  c.epochs = std::make_unique<EpochClient>(sc_.fs_options, c.id, kEpochStream, sc_.epoch_options, sc_.fs_workload,
+                                           mix(config_.seed, 0xE90C + c.id));
+  c.epochs->epoch_length = epoch_length(c);
+}
+
+std::uint32_t Simulation::epoch_length(ClientNode& c) {
+  const EpochClientOptions& o = c.epochs->options;
+  return o.entries_min + static_cast<std::uint32_t>(c.fs_prng.below(o.entries_max - o.entries_min + 1));
+}
+
+std::uint64_t Simulation::epoch_submit(ClientNode& c, fs::Request request, const char* what) {
+  const std::uint64_t step = cluster_->next_step();
+  const std::uint64_t rid = c.spec->submit(fs::encode_request(request), {});
+  checker_->on_submit(c.id, rid, OpKind::kFs, step);
+  c.outstanding[rid] = OpKind::kFs;
+  ClientNode::FsInFlight f;
+  f.request = std::move(request);
+  f.learned = true;  // the program learns from the model, never from these results
+  c.fs_ops.emplace(rid, std::move(f));
+  ++stats_.submitted;
+  event(fmt("submit c%u r%llu %s (open epoch %llu)", c.id, ull(rid), what, ull(c.epochs->log.open_epoch())));
+  return rid;
+}
+
+void Simulation::epoch_pump(ClientNode& c) {
+  EpochClient& e = *c.epochs;
+  for (;;) {
+    if (e.fetch != 0 || e.reserve != 0) return;
+    if (!e.program.pending) {
+      if (e.log.open_entries() > 0 && (e.log.open_entries() >= e.epoch_length || c.stopped)) {
+        if (e.sealed.size() >= e.options.pipeline) return;
+        epoch_seal(c);
+        continue;
+      }
+      if (c.stopped || now() < c.next_submit_tick) return;
+      if (!e.reserve_failed && e.reserved < e.program.creates + kPoolLow) {
+        fs::Op op = stream_op(fs::OpCode::kReserve);
+        op.reserve = e.options.reserve;
+        e.reserve = epoch_submit(c, fs::Request{{std::move(op)}}, "RESERVE");
+        ++e.stats.reserves;
+        return;
+      }
+      e.program.pending = e.program.work.next(e.program.prng);
+      e.pending_entry = spec::with_time(e.program.pending->request, e.time_ns += 1000);
+      e.fetch_rounds = 0;
+    }
+    if (!epoch_answer(c)) return;
+  }
+}
+
+// Answers the pending request from the model, or sends a FETCH for what the model lacks (false).
+bool Simulation::epoch_answer(ClientNode& c) {
+  EpochClient& e = *c.epochs;
+  const fs::EntryRun run = e.model.execute(e.log.open_epoch(), e.pending_entry);
+  if (run.inconsistent) {
+    // Facts of different times (or a lie) contradict each other: forget the clean ones and fetch again.
+    ++e.stats.inconsistent;
+    e.model.drop_clean();
+  }
+  if (!run.complete()) {
+    if (e.fetch_rounds >= kFetchRoundsSeal && e.log.open_entries() > 0 && e.sealed.size() < e.options.pipeline) {
+      epoch_seal(c);
+    }
+    e.fetch = epoch_submit(c, fetch_request(e.fetch_rounds, e.pending_entry, run.missing),
+                           e.fetch_rounds < kFirstReplyRounds ? "FETCH trace" : "FETCH keys");
+    ++e.fetch_rounds;
+    ++e.stats.fetches;
+    return false;
+  }
+  e.program.work.on_result(e.program.pending->request, spec::without_time(run.result));
+  if (run.result.outcome == fs::Outcome::kDone) {
+    for (const fs::Op& op : e.pending_entry.ops) e.program.creates += creates_inode(op.code) ? 1 : 0;
+  }
+  ++e.stats.program_steps;
+  if (std::optional<fs::Request> stage = e.log.append(spec::build_entry(e.pending_entry, run.result))) {
+    e.other.insert(epoch_submit(c, std::move(*stage), "STAGE"));
+    ++e.stats.stages;
+  }
+  e.program.pending.reset();
+  return true;
+}
+
+void Simulation::epoch_seal(ClientNode& c) {
+  EpochClient& e = *c.epochs;
+  const std::uint64_t entries = e.log.open_entries();
+  spec::SealedEpoch s = e.log.seal();
+  const std::uint64_t rid = epoch_submit(c, std::move(s.request), "EPOCH");
+  event(fmt("c%u sealed epoch %llu (prev %llu, %llu entries) as r%llu", c.id, ull(s.epoch), ull(s.prev),
+            ull(entries), ull(rid)));
+  e.sealed.push_back(EpochClient::Sealed{s.epoch, rid, std::nullopt, false, entries});
+  e.checkpoints.emplace(e.log.open_epoch(), e.program);
+  e.epoch_length = epoch_length(c);
+  e.consensus_only = false;
+  ++e.stats.sealed;
+}
+
+void Simulation::epoch_on_first(ClientNode& c, const SpecEvent& ev) {
+  EpochClient& e = *c.epochs;
+  if (ev.id != e.fetch || !e.options.first_replies || e.consensus_only || e.fetch_rounds > kFirstReplyRounds) {
+    return;
+  }
+  const std::optional<fs::OpResult> r = stream_result(ev, fs::OpCode::kFetch);
+  if (!r) return;  // not a usable FETCH result: wait for the final one
+  e.model.insert(r->facts);
+  e.firsts_used.emplace(ev.id, ev.result);
+  ++e.stats.first_replies_used;
+  e.fetch = 0;
+  epoch_pump(c);
+}
+
+void Simulation::epoch_on_final(ClientNode& c, const SpecEvent& ev) {
+  EpochClient& e = *c.epochs;
+  if (const auto used = e.firsts_used.find(ev.id); used != e.firsts_used.end()) {
+    // A 1-reply prediction whose final differs: the epochs built on it fail at the replicas' replay.
+    e.stats.first_replies_wrong += used->second == ev.result ? 0 : 1;
+    e.firsts_used.erase(used);
+  } else if (ev.id == e.fetch) {
+    if (const std::optional<fs::OpResult> r = stream_result(ev, fs::OpCode::kFetch)) e.model.insert(r->facts);
+    e.fetch = 0;
+  } else if (ev.id == e.reserve) {
+    if (const std::optional<fs::OpResult> r = stream_result(ev, fs::OpCode::kReserve)) {
+      e.model.insert_reserved(*r);
+      e.reserved += r->reserved.size();
+    } else {
+      e.reserve_failed = true;
+    }
+    e.reserve = 0;
+  } else if (e.other.erase(ev.id) == 0) {
+    const auto s = std::find_if(e.sealed.begin(), e.sealed.end(),
+                                [&](const EpochClient::Sealed& x) { return x.request == ev.id; });
+    BFT_ASSERT(s != e.sealed.end());
+    s->verdict = stream_result(ev, fs::OpCode::kEpoch);
+    s->failed_request = !s->verdict;
+    epoch_verdicts(c);
+  }
+  epoch_pump(c);
+}
+
+// Verdicts are acted on in epoch order: epoch k's means something only once every epoch before it committed.
+void Simulation::epoch_verdicts(ClientNode& c) {
+  EpochClient& e = *c.epochs;
+  while (!e.sealed.empty() && (e.sealed.front().verdict || e.sealed.front().failed_request)) {
+    const EpochClient::Sealed s = e.sealed.front();
+    e.sealed.pop_front();
+    // A CHAIN verdict naming an epoch that descends from this one: an earlier execution of this batch applied.
+    const bool applied = s.verdict && (s.verdict->verdict == fs::EpochVerdict::kApplied ||
+                                       (s.verdict->verdict == fs::EpochVerdict::kChain &&
+                                        e.log.descends_from(s.verdict->last_before, s.epoch)));
+    if (!applied) {
+      epoch_rollback(c, s);
+      return;
+    }
+    e.log.committed(s.epoch);
+    e.model.commit_through(s.epoch);
+    e.checkpoints.erase(e.checkpoints.begin(), e.checkpoints.upper_bound(s.epoch));
+    ++e.stats.committed;
+    event(fmt("c%u epoch %llu committed", c.id, ull(s.epoch)));
+  }
+}
+
+// Epoch `failed` will never apply and every epoch before it committed: the program goes back to its checkpoint,
+// the model forgets that epoch, every later one and every clean fact, and the epochs after it are discarded
+// (their batches chain through it and cannot apply).
+void Simulation::epoch_rollback(ClientNode& c, const EpochClient::Sealed& failed) {
+  EpochClient& e = *c.epochs;
+  const auto verdict = failed.verdict ? static_cast<unsigned>(failed.verdict->verdict) : 9u;
+  event(fmt("c%u epoch %llu FAILED (verdict %u, entry %u): rollback, %zu later epochs discarded", c.id,
+            ull(failed.epoch), verdict, failed.verdict ? failed.verdict->entry : 0u, e.sealed.size()));
+  ++e.stats.rollbacks;
+  e.stats.failed += 1 + e.sealed.size();
+  e.stats.discarded_entries += failed.entries + e.log.open_entries();
+  for (const EpochClient::Sealed& later : e.sealed) {
+    e.stats.discarded_entries += later.entries;
+    if (!later.verdict && !later.failed_request) e.other.insert(later.request);
+  }
+  e.sealed.clear();
+  e.log.failed(failed.epoch);
+  e.model.rollback_to(e.log.last_committed());
+  e.model.drop_clean();
+  e.program = e.checkpoints.at(failed.epoch);
+  e.checkpoints.clear();
+  e.checkpoints.emplace(e.log.open_epoch(), e.program);
+  if (e.fetch != 0) e.other.insert(e.fetch);
+  e.fetch = 0;
+  e.fetch_rounds = 0;
+  if (e.program.pending) e.pending_entry = spec::with_time(e.program.pending->request, e.time_ns += 1000);
+  e.epoch_length = epoch_length(c);
+  e.consensus_only = true;  // the re-run's first epoch uses consensus values only (§10)
+}
+
+}  // namespace bftfs::sim
