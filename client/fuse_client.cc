@@ -278,6 +278,8 @@ std::string ClientCounters::json() const {
       .add("open_prefetches", open_prefetches.load())
       .add("read_prefetch_hits", read_prefetch_hits.load())
       .add("writes_coalesced", writes_coalesced.load())
+      .add("ops_joined", ops_joined.load())
+      .add("write_behind_waits", write_behind_waits.load())
       .add("stage_sends_full", stage_sends_full.load())
       .add("stage_sends_timer", stage_sends_timer.load())
       .add("stage_sends_getattr", stage_sends_getattr.load())
@@ -304,7 +306,7 @@ int FuseClient::serve(Backend& backend, std::function<void()> on_detached, std::
   StopSignals signals;
   if (!signals.open()) return -1;
   Impl* impl = impl_.get();
-  impl->start_stage_flusher();
+  impl->wb.start_flusher();
   signals.install(impl->se, [impl, loop_thread = pthread_self()] {
     LOG_INFO("", "mount: termination signal: stopping (writes in flight get %lld s)",
              static_cast<long long>(kStopGrace.count()));
@@ -356,9 +358,9 @@ bool FuseClient::Impl::drain() {
   // Nothing more will be served: let the mount point go now (a no-op after `bftfs umount`), then let the
   // writes answered but not yet final reach the service. They may wait as long as the backend retries (a hard
   // mount) unless the daemon was told to stop: then for kStopGrace at most.
-  // Writes staged but not yet sent go now (the stage flusher is stopped after them: nothing stages any more).
-  kick_all_writes();
-  stop_stage_flusher();
+  // Nothing stages any more: the stage flusher stops, and every staged write goes now, whatever the lane holds.
+  wb.stop_flusher();
+  wb.kick_all();
   fuse_session_unmount(se);
   mounted.store(false);
   // The kernel is gone and sends no more forgets: files it still referenced after their last unlink go now.

@@ -1,0 +1,120 @@
+"""Overload through `bftfs mount --relay` on a durable 4-replica cluster (issue 19, item 3: six O_APPEND
+writers of 4-byte records once became millions of separate operations, stalled every other request of the
+mount for minutes and set off hundreds of view changes).
+
+Several processes append small records to one file with O_APPEND while this test keeps calling stat, stat of a
+new name (a LOOKUP round trip) and statvfs on the mount: every record lands exactly once, each writer's records
+in its order; the probes complete while the writers still write; the records travel in few write ops
+(coalesced); and the primary keeps its view."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from harness.mount import Mount
+from harness.relay import Relay, relay_counters, short_dir
+
+pytestmark = pytest.mark.fuse
+
+WRITERS = 4
+RECORDS = 10000  # per writer
+
+# One writer process: `RECORDS` 4-byte records (sequence number << 8 | writer id), one write() each.
+WRITER = r"""
+import os, struct, sys
+path, writer, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+for seq in range(records):
+    os.write(fd, struct.pack("<I", (seq << 8) | writer))
+os.close(fd)
+"""
+
+
+def check_records(data: bytes, writers: int, records: int) -> None:
+    """Every record exactly once, each writer's in its order."""
+    assert len(data) == 4 * writers * records
+    want = [0] * writers
+    for (value,) in struct.iter_unpack("<I", data):
+        writer, seq = value & 0xFF, value >> 8
+        assert writer < writers and seq == want[writer], f"writer {writer} seq {seq}, expected {want[writer]}"
+        want[writer] += 1
+    assert want == [records] * writers
+
+
+@pytest.fixture
+def relay_mount(cluster, bftfs_bin, tmp_path):
+    """A durable 4-replica file-service cluster (the replicas fdatasync their logs), a relay and one mount."""
+    c = cluster(service="fs", replica_args=["--shim"])
+    relay = Relay(bftfs_bin, c, short_dir(tmp_path)).start()
+    top = Path(tempfile.mkdtemp(prefix="bftfs-mnt-"))
+    mounts: list[Mount] = []
+
+    def mount(name: str) -> Mount:
+        m = Mount(bftfs_bin, top / name, tmp_path / f"{name}.log", ["--relay", str(relay.sock)],
+                  counters_file=tmp_path / f"{name}.status.json")
+        mounts.append(m)
+        return m.start()
+
+    try:
+        yield c, relay, mount
+    finally:
+        with_errors = []
+        for m in mounts:
+            code = m.stop()
+            if code not in (0, None) or m.error_lines():
+                with_errors.append(m.log_text())
+        relay.daemon.stop()
+        shutil.rmtree(top, ignore_errors=True)
+    assert not with_errors, "\n".join(with_errors)
+
+
+def test_small_appends_coalesce_land_once_in_order_while_stat_and_statfs_answer(relay_mount):
+    c, relay, mount = relay_mount
+    m = mount("m")
+    log = m.mountpoint / "records.log"
+    log.touch()
+    probe = m.mountpoint / "probe"
+    probe.write_bytes(b"probe")
+    ops_write_before = relay_counters(relay.sock)["ops_write"]
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(log), str(w), str(RECORDS)])
+               for w in range(WRITERS)]
+    try:
+        # Probe rounds (stat of a file, stat of a new name, statvfs) that returned while every writer was
+        # still writing: none of them waited for the writers' backlog to drain.
+        rounds_during_writes = 0
+        i = 0
+        while all(w.poll() is None for w in writers):
+            os.stat(probe)
+            with pytest.raises(FileNotFoundError):
+                os.stat(m.mountpoint / f"absent-{i}")
+            os.statvfs(m.mountpoint)
+            if all(w.poll() is None for w in writers):
+                rounds_during_writes += 1
+            i += 1
+        codes = [w.wait(timeout=600) for w in writers]
+    finally:
+        for w in writers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    assert codes == [0] * WRITERS
+    assert rounds_during_writes >= 3, f"only {rounds_during_writes} probe rounds returned while writers ran"
+    check_records(log.read_bytes(), WRITERS, RECORDS)
+    # Coalesced: the records went to the replicas in a few write ops per round of the write-behind, not one op
+    # per record.
+    ops_write = relay_counters(relay.sock)["ops_write"] - ops_write_before
+    assert ops_write * 50 < WRITERS * RECORDS, f"{ops_write} write ops for {WRITERS * RECORDS} records"
+    # A correct primary under this load keeps its view.
+    statuses = [r.status() for r in c.replicas]
+    assert all(s is not None for s in statuses)
+    views = [s["view"] for s in statuses]
+    started = [s["stats"]["view_changes_started"] for s in statuses]
+    assert views == [0] * c.n and started == [0] * c.n, f"views {views}, view changes started {started}"
