@@ -71,6 +71,8 @@ inline const std::uint64_t kFileBytesMax = fs::FsOptions{}.file_bytes_max;
 // final (the backend may be unreachable: a stop must end), and how often a FLUSH checks its caller.
 inline constexpr std::chrono::seconds kStopGrace{10};
 inline constexpr std::chrono::milliseconds kCallerPoll{200};
+// How often an unmount that waits for writes in flight says how many are left and how long they will take.
+inline constexpr std::chrono::seconds kDrainReportInterval{2};
 
 // ---- FUSE types <-> wire types (fuse_wire.cc) ----
 
@@ -210,6 +212,15 @@ struct FuseClient::Impl {
   // After the FUSE loop ended: sends staged writes, unmounts, removes hidden files, waits for every write in
   // flight (for kStopGrace at most once stopping). Returns false if writes were still in flight then (lost).
   bool drain();
+  // The progress of an unmount's wait for writes in flight, reported every kDrainReportInterval by serve()'s
+  // detach thread (fuse_client.cc): start_drain_report when the session ended, then report_drain.
+  struct DrainProgress {
+    std::uint64_t writes = 0;  // in flight at the last report
+    std::uint64_t bytes = 0;
+    std::chrono::steady_clock::time_point start, last;
+  };
+  DrainProgress start_drain_report();
+  void report_drain(DrainProgress& p);
 
   // ---- stopping (interrupts.cc) ----
 

@@ -2,15 +2,18 @@
 writers of 4-byte records once became millions of separate operations, stalled every other request of the
 mount for minutes and set off hundreds of view changes).
 
-Several processes append small records to one file with O_APPEND while this test keeps calling stat, stat of a
-new name (a LOOKUP round trip) and statvfs on the mount: every record lands exactly once, each writer's records
-in its order; the probes complete while the writers still write; the records travel in few write ops
-(coalesced); and the primary keeps its view."""
+- Several processes append small records to one file with O_APPEND while this test keeps calling stat,
+  stat of a new name (a LOOKUP round trip) and statvfs on the mount: every record lands exactly once, each
+  writer's records in its order; the probes complete while the writers still write; the records travel in few
+  write ops (coalesced); and the primary keeps its view.
+- An unmount while writes are in flight to a relay that does not answer says so in the mount's log, with
+  progress, and completes the writes once the relay answers again."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -21,6 +24,7 @@ import pytest
 
 from harness.mount import Mount
 from harness.relay import Relay, relay_counters, short_dir
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.fuse
 
@@ -118,3 +122,47 @@ def test_small_appends_coalesce_land_once_in_order_while_stat_and_statfs_answer(
     views = [s["view"] for s in statuses]
     started = [s["stats"]["view_changes_started"] for s in statuses]
     assert views == [0] * c.n and started == [0] * c.n, f"views {views}, view changes started {started}"
+
+
+# A process that opens the file, says so, waits for a line on stdin, then appends 64 records of 4 KiB and
+# exits without waiting for them (its close from do_exit is answered at once; the release that follows waits
+# for the writes in the daemon).
+EXITING_WRITER = r"""
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+print("open", flush=True)
+sys.stdin.readline()
+for i in range(64):
+    os.write(fd, bytes([i]) * 4096)
+os._exit(0)
+"""
+
+
+def test_unmount_with_writes_in_flight_reports_progress_and_completes_them(relay_mount):
+    _, relay, mount = relay_mount
+    m = mount("a")
+    target = m.mountpoint / "late"
+    target.touch()
+    relay_pid = relay.daemon.pid
+    assert relay_pid is not None
+    writer = subprocess.Popen([sys.executable, "-c", EXITING_WRITER, str(target)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "open\n"  # opened while the relay answers (close-to-open)
+        os.kill(relay_pid, signal.SIGSTOP)  # the relay (and so the cluster) answers nothing for now
+        writer.communicate("go\n", timeout=60)
+        assert writer.returncode == 0
+        # `bftfs umount` returns once the daemon lets go of the mount point (2 s without the writes final).
+        subprocess.run([str(m.bftfs), "umount", str(m.mountpoint)], capture_output=True, timeout=60)
+        wait_until(lambda: "none became final" in m.log_text(), 30, "a progress line saying nothing moves")
+        assert "unmount: waiting for" in m.log_text()
+    finally:
+        os.kill(relay_pid, signal.SIGCONT)
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert m.proc is not None
+    assert m.proc.wait(timeout=120) == 0, m.log_text()
+    assert not m.error_lines(), m.log_text()
+    again = mount("b")
+    assert (again.mountpoint / "late").read_bytes() == b"".join(bytes([i]) * 4096 for i in range(64))
