@@ -253,10 +253,10 @@ struct Client::Impl {
     p.retransmitted = true;
   }
 
-  // The client learned a new view (a certificate of it): its ordered requests in flight other than the ones
-  // retransmitted to everybody were sent only to the old primary, whose queue did not survive the view change
-  // (TOCS §4.5: a new primary orders what the VIEW-CHANGEs carry and what it receives). Each goes once to the
-  // new primary, as a first send does: not a retransmission (no broadcast, no backoff, no timer restarted).
+  // The client learned a new view (a certificate of it): its ordered requests in flight were sent to the old
+  // primary, whose queue did not survive the view change (TOCS §4.5: a new primary orders what the VIEW-CHANGEs
+  // carry and what it receives). Each goes once to the new primary, as a first send does: not a retransmission
+  // (no broadcast, no backoff, no timer restarted); the new primary drops any copy it already has.
   void resend_to_new_primary() {
     for (auto& [id, p] : requests) {
       if (!p.sent || p.read_only) continue;
