@@ -54,7 +54,8 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write bench-fsync-floor posix-external clean help
+        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write bench-stress bench-fsync-floor posix-external \
+        clean help
 
 help:
 	@echo "bftfs make targets:"
@@ -66,12 +67,13 @@ help:
 	@echo "  make unit | sim | integration   one test stage (sim: SEEDS=N, SIM_ARGS=...)"
 	@echo "  make fuzz          libFuzzer targets (FUZZ_RUNS=N)"
 	@echo "  make lint          -Werror build, pyflakes, layers and purity (scripts/check_layers.py)"
-	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan, bench-fs, bench-fs-faults (QUICK=1 for a short run)"
+	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan, bench-fs, bench-fs-faults, bench-large-write, bench-stress (QUICK=1 for a short run)"
 	@echo "  make bench-counter-wan  PBFT-CS vs PBFT vs NO-REP across emulated WAN topologies"
 	@echo "  make bench-fs      grep/write/create100 + Andrew on native, FUSE local, NO-REP, PBFT (QUICK=1, BENCH_SYSTEMS=...)"
 	@echo "  make bench-fs-faults  Andrew on PBFT with a backup, then the primary, killed; tree vs a fault-free run"
 	@echo "  make bench-fs-recovery  fs disk store: wiped replica rejoin, corrupt block repair, crash of all"
 	@echo "  make bench-large-write  one large dd through the mount: time, memory, view changes (64 MiB-1 GiB)"
+	@echo "  make bench-stress  overload: O_APPEND records, mmap writes, create/rename storm; stat waits, view changes, drain"
 	@echo "  make bench-fsync-floor  the disk's durable-write latency, 1 and 4 writers: the floor under PBFT's latency"
 	@echo "  make posix-external  pjdfstest and fsx (cargo install) against a local bftfs mount"
 	@echo "  make clean         remove build directories"
@@ -126,7 +128,7 @@ fuzz: deps
 lint:
 	@JOBS="$(JOBS)" PYTHON="$(PYTHON)" bash scripts/lint.sh
 
-bench: bench-counter bench-faults bench-counter-wan bench-fs bench-fs-faults bench-large-write
+bench: bench-counter bench-faults bench-counter-wan bench-fs bench-fs-faults bench-large-write bench-stress
 
 bench-counter: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_counter.py
@@ -149,6 +151,11 @@ bench-fs-recovery: deps all
 
 bench-large-write: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_large_write.py
+
+# Overload through a relay mount (six O_APPEND writers of 4-byte records, many small mmap writes, a
+# create/rename storm) against the same client on a local FUSE mount: bench-results/stress.json.
+bench-stress: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_stress.py
 
 # The disk's durable-write latency, alone and with four writers at once: the floor under PBFT's latency.
 bench-fsync-floor:
