@@ -66,7 +66,7 @@ help:
 	@echo "  make               configure and build into $(BUILD)/ (SANITIZE=1 for build-asan/)"
 	@echo "  make unit | sim | integration   one test stage (sim: SEEDS=N, SIM_ARGS=...)"
 	@echo "  make fuzz          libFuzzer targets (FUZZ_RUNS=N)"
-	@echo "  make lint          -Werror build, pyflakes, layers and purity (scripts/check_layers.py)"
+	@echo "  make lint          layers and purity, sizes, pyflakes, shell syntax, -Werror build"
 	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan, bench-fs, bench-fs-faults, bench-large-write, bench-stress (QUICK=1 for a short run)"
 	@echo "  make bench-counter-wan  PBFT-CS vs PBFT vs NO-REP across emulated WAN topologies"
 	@echo "  make bench-fs      grep/write/create100 + Andrew on native, FUSE local, NO-REP, PBFT (QUICK=1, BENCH_SYSTEMS=...)"

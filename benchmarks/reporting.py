@@ -24,7 +24,8 @@ from typing import Sequence
 
 from harness.binaries import REPO, build_dir
 
-RESULTS_DIR = REPO / "bench-results"
+# Where results go: bench-results/, or $BENCH_RESULTS_DIR (benchmarks/ab_builds.py runs each build into its own).
+RESULTS_DIR = Path(os.environ["BENCH_RESULTS_DIR"]) if os.environ.get("BENCH_RESULTS_DIR") else REPO / "bench-results"
 
 
 def quick_mode() -> bool:

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add_status(root, commands);
   add_mount(root, commands);
   add_umount(root, commands);
+  add_run(root, commands);
   root.footer("bftfs <command> --help prints the options of a command.");
   if (argc < 2) {
     std::fputs(root.help().c_str(), stderr);

@@ -27,6 +27,7 @@ void add_cluster(CLI::App& root, Commands& out);         // cli_cluster.cc (clus
 void add_status(CLI::App& root, Commands& out);          // cli_status.cc
 void add_mount(CLI::App& root, Commands& out);           // cli_mount.cc
 void add_umount(CLI::App& root, Commands& out);          // cli_mount.cc
+void add_run(CLI::App& root, Commands& out);             // cli_run.cc
 
 // Prints "bftfs <command>: <message>" to stderr.
 void error(const std::string& command, const std::string& message);

@@ -70,8 +70,11 @@ const CLI::App* deepest_command(const CLI::App& root, std::string& name) {
 std::string describe(const CLI::ParseError& e, const CLI::App& app) {
   const bool expects_command =
       !app.get_subcommands([](const CLI::App*) { return true; }).empty() && app.get_subcommands().empty();
-  const std::vector<std::string> rest = app.remaining();
-  if (rest.empty()) return expects_command ? "a command is required" : e.what();
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());  // `bftfs run ... -- CMD` leaves it there
+  // CLI11 names no option in the message of a hidden one (": why"): such an option's validator names itself.
+  const std::string what = std::string(e.what()).rfind(": ", 0) == 0 ? std::string(e.what()).substr(2) : e.what();
+  if (rest.empty()) return expects_command ? "a command is required" : what;
   const std::string& first = rest.front();
   if (first.rfind('-', 0) == 0 && first.size() > 1) return "unknown option " + first;
   return (expects_command ? "unknown command '" : "unexpected argument '") + first + "'";

@@ -5,9 +5,11 @@
 #      clocks or ambient randomness (house style: a core is driven by messages, ticks and an injected PRNG)
 #   2. shell scripts parse (bash -n)
 #   3. pyflakes on every Python file (when pyflakes is installed; `make deps` installs it)
-#   4. the whole tree builds with -Werror (build-lint/, -DBFTFS_WERROR=ON)
+#   4. sizes (scripts/size_report.py --check): no source file over 1,000 lines and no production function over 70
+#      unless a `size:` comment says why
+#   5. the whole tree builds with -Werror (build-lint/, -DBFTFS_WERROR=ON)
 # Environment: LINT_BUILD (default build-lint), JOBS (ninja -j), PYTHON (default python3),
-# LINT_SKIP_BUILD=1 skips step 4 (for a quick pre-commit run).
+# LINT_SKIP_BUILD=1 skips step 5 (for a quick pre-commit run).
 #
 set -uo pipefail
 
@@ -51,7 +53,15 @@ else
   echo "  pyflakes is not installed for $PYTHON: skipped (run make deps)"
 fi
 
-# ---- 4. -Werror build ----
+# ---- 4. sizes ----
+section "sizes (scripts/size_report.py --check)"
+if "$PYTHON" -c 'import lizard' 2>/dev/null; then
+  "$PYTHON" scripts/size_report.py --check || failed+=(sizes)
+else
+  echo "  lizard is not installed for $PYTHON: skipped (run make deps)"
+fi
+
+# ---- 5. -Werror build ----
 if [[ ${LINT_SKIP_BUILD:-0} == 1 ]]; then
   section "-Werror build skipped (LINT_SKIP_BUILD=1)"
 else

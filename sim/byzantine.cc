@@ -7,6 +7,7 @@
 #include "common/assert.h"
 #include "protocol/wire.h"
 #include "services/counter_service.h"
+#include "services/fs/fs_codec.h"
 #include "shim/envelope.h"
 
 namespace bftfs::sim {
@@ -411,12 +412,14 @@ bool Byzantine::lie_in_view_messages(const Send& send, std::vector<Send>& out) {
   return true;
 }
 
-void Byzantine::set_early_lies(std::uint32_t lie_ppm, std::uint32_t fake_ppm, bool shim) {
+void Byzantine::set_early_lies(std::uint32_t lie_ppm, std::uint32_t fake_ppm, bool shim, bool fs) {
   BFT_ASSERT(lie_ppm <= kPpm);
   BFT_ASSERT(fake_ppm <= kPpm);
+  BFT_ASSERT(shim || !fs);  // the file service runs behind the shim
   early_lie_ppm_ = lie_ppm;
   fake_ppm_ = fake_ppm;
   shim_ = shim;
+  fs_ = fs;
   fake_salt_ = early_prng_.next();
 }
 
@@ -427,6 +430,7 @@ Bytes Byzantine::plausible_lie(const Bytes& truth) {
     if (!shim::decode_envelope_result(truth, sr)) return fabricated_result();
     if (sr.status != shim::ShimStatus::kExecuted) return fabricated_result();  // "it executed"
     inner = sr.inner;
+    if (fs_) return plausible_fs_lie(inner);
   }
   CounterResult cr;
   if (!parse_counter_result(inner, cr)) {
@@ -454,7 +458,50 @@ Bytes Byzantine::plausible_lie(const Bytes& truth) {
   return shim_ ? shim::encode_envelope_result(shim::ShimStatus::kExecuted, lie) : lie;
 }
 
+// A file-service result that differs from `truth` in what a client acts on: the request stopped (an errno at its
+// first op), or an object it names is another one, or a READ returned other bytes; `truth` itself with a byte
+// changed when it does not decode.
+Bytes Byzantine::plausible_fs_lie(std::span<const std::uint8_t> truth) {
+  fs::Result r;
+  if (fs::decode_result(truth, r) != fs::FsDecodeError::kOk || r.results.empty()) {
+    Bytes lie = truth.empty() ? Bytes{0} : Bytes(truth.begin(), truth.end());
+    lie[early_prng_.below(lie.size())] ^= static_cast<std::uint8_t>(1 + early_prng_.below(255));
+    return shim::encode_envelope_result(shim::ShimStatus::kExecuted, lie);
+  }
+  fs::OpResult& op = r.results[early_prng_.below(r.results.size())];
+  const std::uint64_t how = early_prng_.below(3);
+  const bool passed = op.err == fs::err::kOk;
+  if (how == 1 && passed && fs::returns_attr(op.code)) {  // "another object"
+    op.attr.ino += 1 + early_prng_.below(3);
+    op.attr.generation += early_prng_.below(2);
+    op.attr.size += early_prng_.below(4096);
+  } else if (how == 2 && passed && op.code == fs::OpCode::kRead && !op.data.empty()) {  // "other bytes"
+    op.data[early_prng_.below(op.data.size())] ^= static_cast<std::uint8_t>(1 + early_prng_.below(255));
+  } else {  // "it stopped at its first op", with another errno than it did
+    fs::OpResult stopped;
+    stopped.code = r.results.front().code;
+    stopped.err = r.results.front().err == fs::err::kNoEnt ? fs::err::kExist : fs::err::kNoEnt;
+    r.outcome = fs::Outcome::kOpFailed;
+    r.stop = 0;
+    r.results = {stopped};
+  }
+  return shim::encode_envelope_result(shim::ShimStatus::kExecuted, fs::encode_result(r));
+}
+
+// A file-service result for a request that was never executed: one op that created or found an object.
+Bytes Byzantine::fabricated_fs_result() {
+  fs::OpResult op;
+  op.code = fs::OpCode::kLookup;
+  op.attr.ino = 2 + early_prng_.below(40);
+  op.attr.generation = 1;
+  op.attr.nlink = 1;
+  op.attr.mode = 0644;
+  return shim::encode_envelope_result(shim::ShimStatus::kExecuted,
+                                      fs::encode_result(fs::Result{fs::Outcome::kDone, 0, {op}}));
+}
+
 Bytes Byzantine::fabricated_result() {
+  if (fs_) return fabricated_fs_result();
   CounterResult cr;
   cr.value = last_value_ + 1 + early_prng_.below(2);
   cr.next_token = early_prng_.next();

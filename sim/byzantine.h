@@ -96,13 +96,14 @@ class Byzantine {
   // PBFT-CS lies (NSDI'09 §3.4: "a bad primary may send an incorrect speculative response"):
   //   - each speculative reply this replica sends (it sends them as primary) is corrupted with probability
   //     lie_ppm / 1e6: a wrong but plausible result (another value or token of the counter, or a no-op, inside
-  //     the shim's envelope when `shim`) with a digest that matches it, sometimes flagged as a tentative vote
-  //     instead of a speculative reply;
+  //     the shim's envelope when `shim`; with `fs`, a file-service result that stopped where it did not, names
+  //     another object, or read other bytes) with a digest that matches it, sometimes flagged as a tentative
+  //     vote instead of a speculative reply;
   //   - a client's request is picked with probability fake_ppm / 1e6 (the same decision for every copy of it,
   //     retransmissions and relays included): the client gets an early reply for a result that was never
   //     executed and, while this replica is primary, the request is never ordered (admit() drops every copy,
   //     so backups must change views to get it ordered).
-  void set_early_lies(std::uint32_t lie_ppm, std::uint32_t fake_ppm, bool shim);
+  void set_early_lies(std::uint32_t lie_ppm, std::uint32_t fake_ppm, bool shim, bool fs = false);
   // Called with every message delivered to this replica, before its core sees it (`view` and `primary`: the
   // core's view and whether it is primary of it). Returns false when the core must not see the message; may
   // add frames to inject.
@@ -131,6 +132,8 @@ class Byzantine {
   Bytes random_frame(NodeId to);
   void lie_in_early_reply(Reply& reply);
   Bytes plausible_lie(const Bytes& truth);  // a result that differs from `truth` and looks like one
+  Bytes plausible_fs_lie(std::span<const std::uint8_t> truth);  // the same for a file-service result
+  Bytes fabricated_fs_result();
   Bytes fabricated_result();                // a result for a request that was never executed
 
   Strategy strategy_;
@@ -157,6 +160,7 @@ class Byzantine {
   std::uint32_t early_lie_ppm_ = 0;
   std::uint32_t fake_ppm_ = 0;
   bool shim_ = false;
+  bool fs_ = false;  // the service is the file service: its lies are file-service results
   std::uint64_t fake_salt_ = 0;           // which requests get fake early replies (a hash of the request)
   std::uint64_t last_value_ = 0;          // the highest counter value seen in its own true early replies
   std::uint64_t early_lies_ = 0;

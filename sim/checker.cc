@@ -29,6 +29,8 @@ std::string to_string(OpKind k) {
       return "read";
     case OpKind::kNull:
       return "null";
+    case OpKind::kFs:
+      return "fs";
   }
   return "?";
 }
@@ -214,6 +216,12 @@ void Checker::on_final(NodeId replica, const ExecRecord& rec) {
   }
 }
 
+std::optional<std::uint64_t> Checker::agreed_seq(NodeId client, std::uint64_t request_id) const {
+  const auto it = finals_.find(Key{client, request_id});
+  if (it == finals_.end()) return std::nullopt;
+  return it->second.seq;
+}
+
 void Checker::on_submit(NodeId client, std::uint64_t request_id, OpKind kind, std::uint64_t step) {
   auto [it, inserted] = ops_.try_emplace(Key{client, request_id});
   if (!inserted) {
@@ -258,11 +266,15 @@ void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t st
   check_final_kind(client, c.request_id, op, kind, digest);
   if (failed()) return;
 
-  if (op.kind == OpKind::kRead) {
-    // Not in the agreed history when answered read-only (TOCS §5.1.3); checked by real time (property 5).
-    ++read_completions_;
-  } else {
-    auto fit = finals_.find(key);
+  if (op.kind == OpKind::kRead) ++read_completions_;
+  // A read answered read-only is not in the agreed history (TOCS §5.1.3): real time checks it (property 5), or
+  // the file service's oracle. One that fell back to ordering executed under the new request id its plain
+  // client's completion names (a speculating client's final event does not say, and the read goes unchecked).
+  const bool fell_back =
+      op.kind == OpKind::kRead && !c.read_only && c.wire_request_id != 0 && c.wire_request_id != c.request_id;
+  if (op.kind != OpKind::kRead || fell_back) {
+    const Key agreed{client, fell_back ? c.wire_request_id : c.request_id};
+    auto fit = finals_.find(agreed);
     if (fit != finals_.end()) {
       if (fit->second.result_digest != digest) {
         fail(fmt("accepted result: client %u accepted %s for request %llu but the agreed result (seq %llu, "
@@ -271,7 +283,7 @@ void Checker::on_completion(NodeId client, const Completion& c, std::uint64_t st
                  fit->second.result_digest.short_hex().c_str()));
       }
     } else {
-      pending_.emplace(key, Pending{digest, step});
+      pending_.emplace(agreed, Pending{digest, step});
     }
   }
 

@@ -13,7 +13,8 @@
 //   3. Accepted results are agreed results: every ordered result a client accepted equals the final result of
 //      that request at the correct replicas. Checked when both are known; at finish() an accepted result with
 //      no final execution anywhere is a violation (a client accepted something the correct replicas never
-//      committed).
+//      committed). A read a plain client sent read-only that fell back to ordering counts as the ordered request
+//      it became (Completion::wire_request_id).
 //   4. Counter integrity (counter service only): every successful increment in the agreed history returns a
 //      distinct value, values grow with the sequence number, and at finish() the values are exactly 1..M with
 //      M the value every converged correct replica holds.
@@ -51,10 +52,14 @@
 //      the simulator's clients (one incarnation each) is increasing request id. Pipelining clients (window > 1:
 //      the null variant's pipelining client, speculating clients) make it bite; view changes, crashes of every
 //      replica and the reorder-client Byzantine primary try to break it.
+// File-service seeds add the serial-order oracle's checks (sim/fs_check.h, sim/fs_oracle.h): every agreed result
+// is the serial execution's, every read-only result a serial state's within its window, every checkpoint of a
+// correct replica the serial execution's; properties 1-3, 6 and 8-10 apply as they stand.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -67,7 +72,9 @@
 
 namespace bftfs::sim {
 
-enum class OpKind : std::uint8_t { kIncrement, kRead, kNull };
+// What a client submitted: counter increments, reads (of the counter, or file-service requests sent on the
+// read-only path), null ops, and ordered file-service requests (kFs).
+enum class OpKind : std::uint8_t { kIncrement, kRead, kNull, kFs };
 
 // How a client reported a final result: a plain PBFT client's completion, or a speculating client's final
 // event (relay/spec_client.h).
@@ -111,6 +118,9 @@ class Checker {
   std::uint64_t pending_completions() const { return pending_.size(); }
   std::uint64_t shim_retries() const { return shim_retries_; }  // agreed requests the shim made no-ops
   std::uint64_t checkpoints() const { return checkpoints_.size(); }
+  // The seq at which request (client, request_id) executed in the agreed history, if a correct replica has
+  // reported that execution final.
+  std::optional<std::uint64_t> agreed_seq(NodeId client, std::uint64_t request_id) const;
 
  private:
   using Key = std::pair<NodeId, std::uint64_t>;  // (client, request id)

@@ -51,7 +51,11 @@ void Simulation::workload(ClientNode& c) {
     return;
   }
   if (c.spec_window > 0) {
-    spec_pump(c);
+    if (sc_.fs()) {
+      fs_spec_pump(c);
+    } else {
+      spec_pump(c);
+    }
     drain_client(c);
     return;
   }
@@ -60,6 +64,10 @@ void Simulation::workload(ClientNode& c) {
 }
 
 void Simulation::submit_one(ClientNode& c, bool allow_read) {
+  if (sc_.fs()) {
+    fs_submit(c, allow_read);
+    return;
+  }
   Bytes op;
   OpKind kind = OpKind::kNull;
   bool read_only = false;
@@ -111,7 +119,7 @@ void Simulation::on_completion(ClientNode& c, const Completion& comp, FinalKind 
     kind = it->second;
     c.outstanding.erase(it);
   }
-  const std::string detail = describe_result(c, comp, kind);
+  const std::string detail = sc_.fs() ? fs_completed(c, comp, final_kind) : describe_result(c, comp, kind);
   const char* how =
       final_kind == FinalKind::kCommit ? " commit" : (final_kind == FinalKind::kRollback ? " ROLLBACK" : "");
   event(fmt("complete c%u r%llu %s v%llu%s%s%s", c.id, ull(comp.request_id), to_string(kind).c_str(),
@@ -137,7 +145,12 @@ void Simulation::on_spec_event(ClientNode& c, SpecEvent& ev) {
   comp.wire_request_id = ev.id;
   comp.result = std::move(envelope);
   on_completion(c, comp, ev.kind == SpecEventKind::kRollback ? FinalKind::kRollback : FinalKind::kCommit);
-  if (c.spec_window > 0) spec_on_final(c, ev);
+  if (c.spec_window == 0) return;
+  if (sc_.fs()) {
+    fs_spec_on_final(c, ev);
+  } else {
+    spec_on_final(c, ev);
+  }
 }
 
 void Simulation::on_first(ClientNode& c, const SpecEvent& ev, const Bytes& envelope) {
@@ -148,6 +161,10 @@ void Simulation::on_first(ClientNode& c, const SpecEvent& ev, const Bytes& envel
             std::string(shim::to_string(ev.status)).c_str(), digest_of(envelope).short_hex().c_str()));
   check_checker();
   if (c.spec_window == 0 || c.dead.count(ev.id) != 0) return;
+  if (sc_.fs()) {
+    fs_on_first(c, ev);
+    return;
+  }
   // Speculate only on the newest live increment's reply, and only on a successful increment.
   CounterResult cr;
   if (c.waiting_first && !c.chain.empty() && c.chain.back() == ev.id && ev.status == shim::ShimStatus::kExecuted &&

@@ -5,7 +5,7 @@
 //   bftfs-sim --seed S [-v]                         one seed in this process (-v: every event and debug log)
 //   bftfs-sim --regressions                         every seed of sim/regression-seeds.txt
 //   common options: --ticks T (fault phase length), --f F, --no-byzantine, --scenario NAME,
-//                   --liveness-ticks T (bound on the liveness phase), --service counter|null,
+//                   --liveness-ticks T (bound on the liveness phase), --service counter|null|fs,
 //                   --cs 0|1 (PBFT-CS: 1 forces early replies, the shim and speculating clients; 0 forbids the
 //                   shim and speculating clients), --fingerprints (each seed's SimStats::fingerprint, one line
 //                   per seed in seed order, so that two builds can be compared run for run)
@@ -62,8 +62,38 @@ struct Totals {
   std::uint64_t seeds_pipelined = 0;
   std::uint64_t seeds_reorder_primary = 0;
   std::uint64_t seeds_with_order_deferral = 0;
+  // File-service seeds: in how many of them each path ran.
+  std::uint64_t fs_with_state_transfer = 0;
+  std::uint64_t fs_with_view_change = 0;
+  std::uint64_t fs_with_client_rollback = 0;
+  std::uint64_t fs_with_shim_noop = 0;
+  std::uint64_t fs_with_read_only = 0;
+  std::uint64_t fs_with_crash = 0;
+  std::uint64_t fs_with_all_crash = 0;
+  std::uint64_t fs_with_byzantine = 0;
+  std::uint64_t fs_with_early_lie = 0;
+  std::uint64_t fs_with_speculating_clients = 0;
+  std::uint64_t fs_with_rename_across_done = 0;
+  std::uint64_t fs_with_predicate_failed = 0;
+
+  void add_fs(const SimStats& s) {
+    if (s.fs_seed == 0) return;
+    fs_with_state_transfer += s.state_transfers > 0 ? 1 : 0;
+    fs_with_view_change += s.new_views_installed > 0 ? 1 : 0;
+    fs_with_client_rollback += s.spec_rollbacks > 0 ? 1 : 0;
+    fs_with_shim_noop += s.fs_shim_noops > 0 ? 1 : 0;
+    fs_with_read_only += s.fs_read_only_reads > 0 ? 1 : 0;
+    fs_with_crash += s.crashes > 0 ? 1 : 0;
+    fs_with_all_crash += s.all_crashes > 0 ? 1 : 0;
+    fs_with_byzantine += s.byzantine_replicas > 0 ? 1 : 0;
+    fs_with_early_lie += s.early_lies + s.fake_early_replies > 0 ? 1 : 0;
+    fs_with_speculating_clients += s.cs_speculating_clients > 0 ? 1 : 0;
+    fs_with_rename_across_done += s.fs_renames_across_done > 0 ? 1 : 0;
+    fs_with_predicate_failed += s.fs_predicate_failed > 0 ? 1 : 0;
+  }
 
   void add(const SimStats& s) {
+    add_fs(s);
     const auto* from = reinterpret_cast<const std::uint64_t*>(&s);
     auto* into = reinterpret_cast<std::uint64_t*>(&sum);
     static_assert(sizeof(SimStats) % sizeof(std::uint64_t) == 0);
@@ -102,6 +132,27 @@ struct Totals {
   }
 };
 
+// The file-service lines of a run or a sweep (sums over its file-service seeds).
+void print_fs_stats(const SimStats& s, const char* indent) {
+  auto ull = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::printf("%sfile service (%llu seeds): requests drawn %llu (compound %llu), fs predicates %llu, shim "
+              "dependencies %llu; renames %llu (of directories %llu, across directories %llu, onto existing names "
+              "%llu, into their own subtree %llu), links %llu, removes %llu\n",
+              indent, ull(s.fs_seed), ull(s.fs_requests), ull(s.fs_compounds), ull(s.fs_expects),
+              ull(s.fs_dependencies), ull(s.fs_renames), ull(s.fs_renames_of_dirs), ull(s.fs_renames_across),
+              ull(s.fs_renames_replacing), ull(s.fs_renames_into_subtree), ull(s.fs_links), ull(s.fs_removes));
+  std::printf("%sfile service, agreed history: executions %llu (with shim dependencies %llu, shim no-ops %llu); "
+              "done %llu (compound %llu, fs predicates held %llu), stopped by an errno %llu, by an fs predicate "
+              "%llu; renames done %llu (across directories %llu), links done %llu, removes done %llu\n",
+              indent, ull(s.fs_executions), ull(s.fs_with_dependencies), ull(s.fs_shim_noops), ull(s.fs_done),
+              ull(s.fs_compounds_done), ull(s.fs_expects_held), ull(s.fs_op_failed), ull(s.fs_predicate_failed),
+              ull(s.fs_renames_done), ull(s.fs_renames_across_done), ull(s.fs_links_done), ull(s.fs_removes_done));
+  std::printf("%sfile service, oracle: agreed results checked %llu, read-only results %llu (matched in their "
+              "window %llu, unverifiable %llu), checkpoints compared %llu; invariant walks of correct replicas %llu\n",
+              indent, ull(s.fs_executions), ull(s.fs_read_only_reads), ull(s.fs_reads_checked),
+              ull(s.fs_reads_unverifiable), ull(s.fs_checkpoints_compared), ull(s.fs_invariant_checks));
+}
+
 void print_stats(const SimStats& s, const char* indent) {
   auto ull = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   std::printf("%srequests: submitted %llu, completed %llu (%llu reads), executed %llu, agreed seqs %llu\n", indent,
@@ -138,6 +189,7 @@ void print_stats(const SimStats& s, const char* indent) {
               indent, ull(s.liveness_ticks), ull(s.probes), ull(s.lagging_replicas));
   std::printf("%sper-client order: pipelined clients %llu, reorder-client primaries %llu, requests skipped for order %llu\n",
               indent, ull(s.pipelined_clients), ull(s.reorder_primary), ull(s.requests_deferred_order));
+  if (s.fs_seed > 0) print_fs_stats(s, indent);
   std::printf("%sframes rejected by the wire: %llu", indent, ull(s.frames_rejected));
   const char* sep = " (";
   for (std::size_t i = 1; i < bftfs::sim::kRejectSlots; ++i) {
@@ -182,6 +234,16 @@ void print_coverage(const Totals& totals) {
               "replicas skipped a request ordered before its predecessor %llu (%llu requests)\n",
               ull(totals.seeds_pipelined), ull(totals.seeds_reorder_primary), ull(totals.seeds_with_order_deferral),
               ull(totals.sum.requests_deferred_order));
+  if (totals.sum.fs_seed == 0) return;
+  std::printf("  file-service coverage (of %llu fs seeds, where it ran): speculating clients %llu, state transfer "
+              "%llu, view change %llu, rollback at a client %llu, shim no-op %llu, read-only read %llu, crash %llu, "
+              "all-crash %llu, byzantine %llu, lies in early replies %llu, rename across directories %llu, fs "
+              "predicate failed %llu\n",
+              ull(totals.sum.fs_seed), ull(totals.fs_with_speculating_clients), ull(totals.fs_with_state_transfer),
+              ull(totals.fs_with_view_change), ull(totals.fs_with_client_rollback), ull(totals.fs_with_shim_noop),
+              ull(totals.fs_with_read_only), ull(totals.fs_with_crash), ull(totals.fs_with_all_crash),
+              ull(totals.fs_with_byzantine), ull(totals.fs_with_early_lie), ull(totals.fs_with_rename_across_done),
+              ull(totals.fs_with_predicate_failed));
 }
 
 struct Options {
@@ -218,7 +280,7 @@ void declare_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(1, 21));
   app.add_flag_callback("--no-byzantine", [&o] { o.base.byzantine = false; }, "never choose Byzantine replicas");
   app.add_option("--scenario", o.base.scenario, "a scenario or Byzantine strategy (listed below); default random");
-  app.add_option("--service", o.base.service, "counter or null; default: chosen by the seed");
+  app.add_option("--service", o.base.service, "counter, null or fs (the file service); default: chosen by the seed");
   app.add_option("--cs", o.base.speculation,
                  "PBFT-CS: 1 forces early replies, the shim and speculating clients; 0 forbids the shim and "
                  "speculating clients")

@@ -38,11 +38,13 @@ CheckpointId ExecutionProbe::finish_install(std::uint64_t target_seq) { return i
 
 // ---- RecordingService ----
 
-RecordingService::RecordingService(Service& inner, const shim::Shim* shim, const ExecutionProbe* probe)
-    : inner_(inner), shim_(shim), probe_(probe) {
+RecordingService::RecordingService(Service& inner, const shim::Shim* shim, const ExecutionProbe* probe,
+                                   bool keep_ops)
+    : inner_(inner), shim_(shim), probe_(probe), keep_ops_(keep_ops) {
   BFT_ASSERT((shim == nullptr) == (probe == nullptr));
   committed_through_ = inner_.recovered_checkpoint().seq;
   last_executed_seq_ = committed_through_;
+  executed_from_ = committed_through_;
 }
 
 Bytes RecordingService::execute_audited(const ExecContext& ctx, std::span<const std::uint8_t> op, ExecRecord& rec) {
@@ -113,6 +115,8 @@ Bytes RecordingService::execute(const ExecContext& ctx, std::span<const std::uin
   rec.index = executed_at_seq_++;
   rec.client = ctx.client;
   rec.request_id = ctx.request_id;
+  rec.timestamp_ns = ctx.timestamp_ns;
+  if (keep_ops_) rec.op.assign(op.begin(), op.end());
   Bytes result;
   if (shim_ != nullptr) {
     result = execute_audited(ctx, op, rec);
@@ -121,7 +125,7 @@ Bytes RecordingService::execute(const ExecContext& ctx, std::span<const std::uin
     rec.op_kind = op.empty() ? 0 : op[0];
   }
   rec.result_digest = digest_of(result);
-  if (result.size() <= kRecordedResultBytesMax) rec.result = result;
+  if (keep_ops_ || result.size() <= kRecordedResultBytesMax) rec.result = result;
   if (ctx.seq <= committed_through_) {
     // The engine may declare a seq committed before it executes it (commit_through names what is agreed,
     // not what ran); such an execution is final at once.
@@ -174,7 +178,9 @@ CheckpointId RecordingService::checkpoint(std::uint64_t seq) {
   }
   // A checkpoint is taken only at a committed seq (service.h), so everything at or below it is final.
   finalize_through(seq);
-  return inner_.checkpoint(seq);
+  const CheckpointId id = inner_.checkpoint(seq);
+  if (!id.digest.is_zero()) checkpoints_.emplace_back(id.seq, id.digest);  // zero: a damaged store took none
+  return id;
 }
 
 void RecordingService::discard_checkpoints_below(std::uint64_t seq) { inner_.discard_checkpoints_below(seq); }
@@ -211,7 +217,15 @@ CheckpointId RecordingService::finish_install(std::uint64_t target_seq) {
   tentative_.clear();
   if (target_seq > committed_through_) committed_through_ = target_seq;
   last_executed_seq_ = target_seq;
+  executed_from_ = target_seq;
+  checkpoints_.emplace_back(id.seq, id.digest);
   return id;
+}
+
+std::vector<std::pair<std::uint64_t, Digest>> RecordingService::take_checkpoints() {
+  std::vector<std::pair<std::uint64_t, Digest>> out;
+  out.swap(checkpoints_);
+  return out;
 }
 
 std::vector<ExecRecord> RecordingService::take_final() {

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "protocol/service.h"
@@ -46,10 +47,12 @@ struct ExecRecord {
   std::uint32_t index = 0;  // executions before this one at the same seq (its place in the batch, skips aside)
   NodeId client = 0;
   std::uint64_t request_id = 0;
+  std::uint64_t timestamp_ns = 0;  // the batch's agreed time (ExecContext::timestamp_ns)
   // First byte of the (inner) op: counter 1 increment, 2 read; 0 if the op is empty or not a valid envelope.
   std::uint8_t op_kind = 0;
   Digest result_digest;      // digest_of(result): for a shim, of the whole result envelope (Reply::result_digest)
-  Bytes result;              // the result itself when at most kRecordedResultBytesMax bytes, else empty
+  Bytes result;              // the result itself when at most kRecordedResultBytesMax bytes (or kept whole)
+  Bytes op;                  // the op as the engine gave it, when the recording service keeps ops
   // PBFT-CS: the op and the result are shim envelopes (shim/envelope.h).
   bool enveloped = false;
   shim::ShimStatus shim_status = shim::ShimStatus::kExecuted;
@@ -92,7 +95,10 @@ class RecordingService final : public Service {
   // `inner` must outlive this object. Executions at or below inner.recovered_checkpoint().seq are treated as
   // already committed (a restarted replica never re-executes them). For PBFT-CS seeds, `shim` is `inner` seen
   // as the shim and `probe` the ExecutionProbe under it (both or neither; both must outlive this object).
-  explicit RecordingService(Service& inner, const shim::Shim* shim = nullptr, const ExecutionProbe* probe = nullptr);
+  // With `keep_ops`, every record also carries its op and its whole result (what a serial-order oracle needs to
+  // replay the history: sim/fs_check.h).
+  explicit RecordingService(Service& inner, const shim::Shim* shim = nullptr, const ExecutionProbe* probe = nullptr,
+                            bool keep_ops = false);
 
   // Service interface: forwards to `inner`, recording as described above.
   Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) override;
@@ -111,6 +117,13 @@ class RecordingService final : public Service {
 
   // Executions that became final since the last call, in the order they became final (seq order).
   std::vector<ExecRecord> take_final();
+  // The checkpoints the service took (checkpoint) or installed (finish_install, when accepted) since the last
+  // call, as (seq, the service's CheckpointId digest), in order.
+  std::vector<std::pair<std::uint64_t, Digest>> take_checkpoints();
+  // The seq of the state this incarnation's executions start from: the recovered checkpoint, or the target of
+  // the last install. The engine executed every seq above it, up to last_executed, itself (in seq order), so
+  // its final records cover every seq in (executed_from(), min(last executed, committed_through())].
+  std::uint64_t executed_from() const { return executed_from_; }
   // The first breach of the engine's side of the Service contract (or of the shim audit), or "" if none.
   const std::string& contract_error() const { return contract_error_; }
 
@@ -134,6 +147,9 @@ class RecordingService final : public Service {
   std::uint64_t last_executed_seq_ = 0;
   std::uint32_t executed_at_seq_ = 0;  // executions so far at last_executed_seq_
   bool installing_ = false;
+  bool keep_ops_ = false;
+  std::uint64_t executed_from_ = 0;
+  std::vector<std::pair<std::uint64_t, Digest>> checkpoints_;
   std::uint64_t rollbacks_ = 0;
   std::uint64_t rolled_back_executions_ = 0;
   std::string contract_error_;

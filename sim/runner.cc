@@ -202,7 +202,7 @@ bool parse_regression_line(const std::string& line, SimConfig& out, bool& empty,
       c.fault_ticks = v;
     } else if (key == "scenario" && !value.empty()) {
       c.scenario = value;
-    } else if (key == "service" && (value == "counter" || value == "null")) {
+    } else if (key == "service" && (value == "counter" || value == "null" || value == "fs")) {
       c.service = value;
     } else if (key == "byzantine" && numeric && v <= 1) {
       c.byzantine = v == 1;

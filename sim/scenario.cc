@@ -18,7 +18,40 @@ namespace {
 struct Forced {
   Strategy strategy = Strategy::kNone;  // a strategy named as the scenario
   bool null_variant = false;            // the null service with a pipelining client
+  bool fs = false;                      // the file service
 };
+
+// The file service came after the counter and the null service: a stream of its own picks it for a share of the
+// seeds that leave the service to the seed, so that every other seed keeps its scenario and its run. The salt is
+// one under which no seed of sim/regression-seeds.txt, nor any seed the unit tests run without naming a service
+// (tests/unit/test_sim.cc), is picked: each keeps the scenario it was chosen for.
+constexpr std::uint64_t kFsSalt = 0xF5000B9D;
+constexpr std::uint64_t kFsShareNum = 1;  // of kFsShareDen seeds
+constexpr std::uint64_t kFsShareDen = 4;
+
+// Whether `seed`'s service is the file service when nothing names one.
+bool fs_drawn(std::uint64_t seed) { return Prng(mix(seed, kFsSalt)).chance(kFsShareNum, kFsShareDen); }
+
+// The file service's options and its clients' workload (the fs stream, every value drawn, in this order): few
+// partitions, so that state transfer moves real ones; a root directory most users may write in, or one only root
+// may (permission errors); shared names from a pool small enough for conflicts; writes from tiny to several KiB.
+void choose_fs(const SimConfig& c, Scenario& s) {
+  Prng p(mix(c.seed, 0xF5F5F5F5));
+  fs::FsOptions& o = s.fs_options;
+  const std::uint64_t partitions[] = {4, 8, 16};
+  o.partitions = partitions[p.below(3)];
+  o.capacity_bytes = 64ull << 20;
+  o.inodes_max = 4096;
+  o.root_mode = p.chance(3, 4) ? 0777 : 0755;
+  FsWorkloadOptions& w = s.fs_workload;
+  const std::uint32_t names[] = {3, 6, 12};
+  w.names = names[p.below(3)];
+  const std::uint32_t io[] = {256, 4096, 16384};
+  w.io_bytes_max = io[p.below(3)];
+  const std::uint32_t read_only[] = {20, 60, 90};
+  w.read_only_percent = read_only[p.below(3)];
+  w.other_users = p.chance(3, 4);
+}
 
 // The fault mode: drawn for "random", else the one named (a strategy name means the Byzantine mode).
 bool choose_mode(const std::string& name, bool byzantine_allowed, Prng& p, Scenario& s, Forced& forced,
@@ -68,29 +101,38 @@ bool choose_shape(const SimConfig& c, Prng& p, Scenario& s, Forced& forced, std:
   s.n = 3 * s.f + 1;
   std::string name = c.scenario.empty() ? "random" : c.scenario;
   forced.null_variant = p.chance(1, 5);
-  if (name == "null" || name == "counter") {
+  const bool named_by_scenario = name == "null" || name == "counter";
+  if (named_by_scenario) {
     forced.null_variant = name == "null";
     name = "random";
   }
   if (!choose_mode(name, c.byzantine, p, s, forced, error)) return false;
   if (c.service == "null" || c.service == "counter") {
     forced.null_variant = c.service == "null";
+  } else if (c.service == "fs") {
+    if (named_by_scenario) {
+      error = "scenario '" + c.scenario + "' names another service than 'fs'";
+      return false;
+    }
+    forced.fs = true;
   } else if (!c.service.empty()) {
     error = "unknown service '" + c.service + "'";
     return false;
   }
+  if (c.service.empty() && !named_by_scenario) forced.fs = fs_drawn(c.seed);
+  if (forced.fs) forced.null_variant = false;
   if (c.speculation == 1) {
     if (c.service == "null" || c.scenario == "null") {
-      error = "cs=1 (speculation) needs the counter service";
+      error = "cs=1 (speculation) needs the counter or the file service";
       return false;
     }
-    forced.null_variant = false;  // speculating clients chain counter increments
+    forced.null_variant = false;  // speculating clients chain counter increments (or file-service requests)
   }
   if (s.mode == Mode::kByzantine && !c.byzantine) {
     error = "scenario '" + name + "' needs Byzantine replicas";
     return false;
   }
-  s.service = forced.null_variant ? ServiceKind::kNull : ServiceKind::kCounter;
+  s.service = forced.fs ? ServiceKind::kFs : (forced.null_variant ? ServiceKind::kNull : ServiceKind::kCounter);
   s.pipelining_client = forced.null_variant;
   s.clients = kClients + (s.pipelining_client ? 1 : 0);
   return true;
@@ -139,11 +181,15 @@ std::uint64_t choose_cs(const SimConfig& c, Scenario& s, const Forced& forced) {
   s.fake_ppm = fake_rates[cs.below(3)];
   const bool lying_forced = forced.strategy == Strategy::kLyingEarlyReplies;
   if (lying_forced) ro.early_replies = true;  // the strategy needs them
-  s.shim = c.speculation == 1 || (c.speculation == -1 && !forced.null_variant && (shim_draw || lying_forced));
+  const bool speculating =
+      c.speculation == 1 || (c.speculation == -1 && !forced.null_variant && (shim_draw || lying_forced));
+  // The file service always runs behind the shim, as in production; its clients speculate as the counter's do.
+  s.shim = speculating || forced.fs;
   if (c.speculation == 1) ro.early_replies = true;
   if (s.shim) {
     // Client 0 always speculates, client 1 sometimes, client 2 never (a plain client over the shim).
     s.spec_windows = {windows[0], second_speculates ? windows[1] : 0, 0};
+    if (!speculating) s.spec_windows = {0, 0, 0};
     // The 1% rule as the paper has it, a looser one, or none (so that lies keep reaching the clients).
     s.failure_window = trust_draw == 1 ? 10 : 100;
     s.failure_permille_max = trust_draw == 0 ? 10 : (trust_draw == 1 ? 300 : 1000);
@@ -252,7 +298,9 @@ void choose_byzantine(const SimConfig& c, Prng& p, Scenario& s, const Forced& fo
 // f = 1 a lying primary leaves none for crashes).
 void choose_lying(const SimConfig& c, Scenario& s, const Forced& forced, std::uint64_t lie_draw) {
   const bool forced_lying = forced.strategy == Strategy::kLyingEarlyReplies;
-  if (!s.counter() || !s.replica.early_replies || !c.byzantine || (c.speculation == 0 && !forced_lying)) return;
+  if (!(s.counter() || s.fs()) || !s.replica.early_replies || !c.byzantine || (c.speculation == 0 && !forced_lying)) {
+    return;
+  }
   const bool crashes = s.mode == Mode::kCrash || s.mode == Mode::kAllCrash;
   const std::uint64_t odds = s.mode == Mode::kByzantine ? 75 : (!crashes ? 90 : (s.f >= 2 ? 75 : 25));
   if (!forced_lying && lie_draw >= odds) return;
@@ -266,6 +314,13 @@ void choose_lying(const SimConfig& c, Scenario& s, const Forced& forced, std::ui
 
 std::string describe_lies(const Scenario& s) {
   return s.lying ? fmt(" early-lies=%uppm fake=%uppm", s.early_lie_ppm, s.fake_ppm) : "";
+}
+
+std::string describe_fs(const Scenario& s) {
+  if (!s.fs()) return "";
+  const FsWorkloadOptions& w = s.fs_workload;
+  return fmt(" fs=P%llu/root%o names=%u io=%u ro=%u%%%s", ull(s.fs_options.partitions), s.fs_options.root_mode,
+             w.names, w.io_bytes_max, w.read_only_percent, w.other_users ? " users" : "");
 }
 
 std::string describe_cs(const Scenario& s) {
@@ -310,7 +365,8 @@ std::string Scenario::describe() const {
              ro.batch_window, ro.tentative_execution ? 1 : 0, ro.view_change_timeout_ticks,
              ro.status_interval_ticks, client.use_reply_digests ? 1 : 0, ro.early_replies ? 1 : 0,
              ro.piggyback_commits ? 1 : 0, ro.batch_hold ? 1 : 0, ro.quiet_primary ? 1 : 0,
-             ro.quiet_release_ticks, describe_cs(*this).c_str());
+             ro.quiet_release_ticks, describe_cs(*this).c_str()) +
+         describe_fs(*this);
 }
 
 bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
@@ -324,6 +380,7 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   choose_crashes(c, p, s);
   choose_byzantine(c, p, s, forced);
   choose_lying(c, s, forced, lie_draw);
+  if (s.fs()) choose_fs(c, s);
   return true;
 }
 

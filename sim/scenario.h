@@ -16,7 +16,9 @@
 #include "protocol/client.h"
 #include "protocol/replica.h"
 #include "shim/shim.h"
+#include "services/fs/fs_service.h"
 #include "sim/byzantine.h"
+#include "sim/fs_workload.h"
 #include "sim/network.h"
 #include "sim/service_stack.h"
 #include "sim/simulator.h"
@@ -61,10 +63,15 @@ struct Scenario {
   bool lying = false;
   std::uint32_t early_lie_ppm = 0;
   std::uint32_t fake_ppm = 0;
+  // File-service seeds (service kFs), drawn from a stream of their own: the replicas' FsOptions (few partitions,
+  // so that state transfer moves real ones) and the clients' workload.
+  fs::FsOptions fs_options;
+  FsWorkloadOptions fs_workload;
 
   // One line: every choice above, in a fixed order (printed with each result and in every failure report).
   std::string describe() const;
   bool counter() const { return service == ServiceKind::kCounter; }
+  bool fs() const { return service == ServiceKind::kFs; }
 };
 
 // Fills `s` with the scenario `c` asks for (its seed's draws for whatever `c` leaves open). False with `error`

@@ -2,17 +2,20 @@
 // unit tests use.
 //
 // A seed's replicas run
-//   Replica -> RecordingService [-> PredicateStripper] [-> shim::Shim -> ExecutionProbe] -> CounterService | NullService
-// (the parts in brackets in PBFT-CS seeds; the stripper only with SimConfig::sabotage_predicates, on correct
-// replicas). RecordingService hands the checker what became final (sim/recording_service.h). A new service for
+//   Replica -> RecordingService [-> OpRewriter] [-> shim::Shim -> ExecutionProbe]
+//           -> CounterService | NullService | fs::FsService
+// (the parts in brackets in PBFT-CS seeds and file-service seeds, which always run the shim, as in production; the
+// rewriter only with SimConfig::sabotage_predicates or sabotage_fs, on correct replicas). RecordingService hands the checker what became final (sim/recording_service.h). A new service for
 // the simulator is one more inner service here, with what its checker needs to read from it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 
 #include "protocol/service.h"
 #include "services/counter_service.h"
+#include "services/fs/fs_service.h"
 #include "shim/shim.h"
 #include "sim/cluster.h"
 #include "sim/recording_service.h"
@@ -21,15 +24,16 @@ namespace bftfs::sim {
 
 // The service a seed's replicas run. A new one is a kind here, its place in SimStack, its choice in
 // sim/scenario.cc, its clients in sim/clients.cc and what its checker is fed from them.
-enum class ServiceKind { kCounter, kNull };
+enum class ServiceKind { kCounter, kNull, kFs };
 const char* to_string(ServiceKind k);
 
-// SimConfig::sabotage_predicates: a Service decorator that drops the dependencies of every predicated request
-// before the shim below it decides, as a replica that ignored predicates would. Every other call forwards.
-class PredicateStripper final : public Service {
+// The simulator's sabotage (tests of the simulator only): a Service decorator that rewrites each ordered op
+// before the service below it sees it, as a faulty replica would; every other call forwards.
+class OpRewriter final : public Service {
  public:
-  // `inner` must outlive this object.
-  explicit PredicateStripper(Service& inner) : inner_(inner) {}
+  using Rewrite = std::function<Bytes(std::span<const std::uint8_t> op)>;
+  // `inner` must outlive this object; `rewrite` returns the op `inner` executes instead of `op`.
+  OpRewriter(Service& inner, Rewrite rewrite) : inner_(inner), rewrite_(std::move(rewrite)) {}
   Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) override;
   bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override;
   void commit_through(std::uint64_t seq) override;
@@ -46,14 +50,24 @@ class PredicateStripper final : public Service {
 
  private:
   Service& inner_;
+  Rewrite rewrite_;
 };
+
+// SimConfig::sabotage_predicates: the envelope without its dependencies, so the shim below executes requests
+// whatever their predicates (an op that is not an envelope, or has none, stays as it is).
+Bytes strip_predicates(std::span<const std::uint8_t> op);
+// SimConfig::sabotage_fs: every WRITE of a file-service request inside an envelope writes its first byte
+// altered, so the replicas' trees drift from what the clients asked for, all alike.
+Bytes corrupt_fs_writes(std::span<const std::uint8_t> op);
 
 // What the simulator needs to build one replica's stack.
 struct SimStackOptions {
   ServiceKind service = ServiceKind::kCounter;
   bool shim = false;    // PBFT-CS: the shim (with `shim_options`) over a probe over the service
   shim::ShimOptions shim_options;
-  bool strip_predicates = false;  // a PredicateStripper over the shim (needs `shim`)
+  bool strip_predicates = false;  // an OpRewriter over the shim that strips predicates (needs `shim`)
+  bool corrupt_fs_writes = false;  // an OpRewriter over the shim that alters WRITE data (needs `shim`)
+  fs::FsOptions fs_options;       // kFs: the file service's (every replica and the oracle use the same)
 };
 
 // One simulated replica's services. Members are declared from the bottom of the stack up, so that each is
@@ -64,11 +78,12 @@ class SimStack final : public ServiceStack {
   SimStack(const SimStackOptions& options, MemorySnapshotStore& store);
   Service& top() override { return *recording; }
 
-  std::unique_ptr<Service> service;       // CounterService or NullService
+  std::unique_ptr<Service> service;       // CounterService, NullService or FsService
   CounterService* counter = nullptr;      // `service` when it is the counter
+  fs::FsService* fs = nullptr;            // `service` when it is the file service
   std::unique_ptr<ExecutionProbe> probe;  // PBFT-CS: between the shim and the service
   std::unique_ptr<shim::Shim> shim;       // PBFT-CS: the shim over the probe
-  std::unique_ptr<PredicateStripper> stripper;
+  std::unique_ptr<OpRewriter> saboteur;   // strip_predicates or corrupt_fs_writes
   std::unique_ptr<RecordingService> recording;
 };
 

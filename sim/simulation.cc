@@ -43,6 +43,8 @@ std::unique_ptr<ServiceStack> Simulation::make_stack(NodeId id, MemorySnapshotSt
   o.shim = sc_.shim;
   o.shim_options = sc_.shim_options;
   o.strip_predicates = sc_.shim && config_.sabotage_predicates && cluster_->host(id).correct();
+  o.corrupt_fs_writes = sc_.fs() && config_.sabotage_fs && cluster_->host(id).correct();
+  o.fs_options = sc_.fs_options;
   return std::make_unique<SimStack>(o, store);
 }
 
@@ -51,6 +53,15 @@ void Simulation::setup() {
   if (!make_scenario(config_, sc_, error)) fail("bad configuration: " + error);
   nodes_ = sc_.n + sc_.clients;
   checker_ = std::make_unique<Checker>(sc_.counter(), sc_.shim);
+  if (sc_.fs()) {
+    FsOracleOptions oo;
+    oo.fs = sc_.fs_options;
+    oo.shim = sc_.shim_options;
+    oo.checkpoint_interval = sc_.replica.checkpoint_interval;
+    fs_check_ = std::make_unique<FsCheck>(oo);
+    fs_stable_.assign(sc_.n, 0);
+    stats_.fs_seed = 1;
+  }
   ClusterOptions co;
   co.replica = sc_.replica;
   co.clients = sc_.clients;
@@ -71,7 +82,7 @@ void Simulation::setup() {
   for (const auto& [id, strategy] : sc_.byzantine) {
     auto byz = std::make_unique<Byzantine>(strategy, id, sc_.n, nodes_, cluster_->crypto(id),
                                            mix(config_.seed, 0xB12 + id), sc_.replica.log_window);
-    if (sc_.lying) byz->set_early_lies(sc_.early_lie_ppm, sc_.fake_ppm, sc_.shim);
+    if (sc_.lying) byz->set_early_lies(sc_.early_lie_ppm, sc_.fake_ppm, sc_.shim, sc_.fs());
     cluster_->set_byzantine(id, std::move(byz));
   }
   stats_.cs_lying_primary = sc_.lying && !sc_.byzantine.empty() ? 1 : 0;
@@ -92,7 +103,9 @@ void Simulation::make_clients() {
     c->pipelining = sc_.pipelining_client && j + 1 == sc_.clients;
     ClientOptions co = sc_.client;
     if (c->pipelining) co.window = kPipelineWindow;
-    if (sc_.shim) {
+    // File-service clients that do not speculate are plain PBFT clients sending shim envelopes: their
+    // completions say whether a read was answered read-only or fell back to ordering, and under which id.
+    if (sc_.shim && !(sc_.fs() && sc_.spec_windows[j] == 0)) {
       c->spec_window = sc_.spec_windows[j];
       SpecClientOptions so;
       so.client = co;
@@ -105,6 +118,7 @@ void Simulation::make_clients() {
     } else {
       c->client = std::make_unique<Client>(co, c->id, crypto, mix(config_.seed, 0xC11 + c->id));
     }
+    if (sc_.fs()) make_fs_client(*c);
     c->token = counter_initial_token(c->id);
     c->committed_token = c->token;
     stats_.pipelined_clients += c->pipelining || c->spec_window > 1 ? 1 : 0;
@@ -146,10 +160,12 @@ void Simulation::after_replica_step(ReplicaHost& r) {
   if (!r.correct()) {
     r.replica->trim_history();
     (void)recording.take_final();
+    (void)recording.take_checkpoints();
   } else {
     for (const auto& b : r.replica->committed_history()) checker_->on_committed(r.id, b.seq, b.digest);
     r.replica->trim_history();
-    for (auto& rec : recording.take_final()) {
+    std::vector<ExecRecord> finals = recording.take_final();
+    for (auto& rec : finals) {
       if (config_.sabotage_results && r.id == 1) rec.result_digest.bytes[0] ^= 1;
       if (config_.verbose) {
         event(fmt("final r%u s%llu c%u r%llu %s", r.id, ull(rec.seq), rec.client, ull(rec.request_id),
@@ -160,6 +176,8 @@ void Simulation::after_replica_step(ReplicaHost& r) {
     if (!recording.contract_error().empty()) {
       fail(fmt("service contract: replica %u: %s", r.id, recording.contract_error().c_str()));
     }
+    check_checker();
+    if (fs_check_) fs_after_step(r, finals);
   }
   check_checker();
   if (!log_error_.empty()) fail("ERROR logged: " + log_error_);
@@ -272,7 +290,12 @@ void Simulation::probe() {
   ClientNode& c = *clients_.front();
   c.next_submit_tick = now();
   if (c.spec_window > 0) {
-    spec_submit(c);  // nothing is in flight: an increment on the committed token, without predicates
+    // Nothing is in flight: a request without predicates (an increment on the committed token), ordered.
+    if (sc_.fs()) {
+      fs_spec_submit(c, false);
+    } else {
+      spec_submit(c);
+    }
     drain_client(c);
   } else {
     submit_one(c, false);  // ordered: it must go through agreement
@@ -361,6 +384,49 @@ void Simulation::finish() {
   }
   checker_->finish(values);
   check_checker();
+  if (fs_check_) fs_finish();
+}
+
+// ---- the file service's replica side ----
+
+// What a correct replica's step tells the file service's checks: the agreed executions it covered, the
+// checkpoints its service took or installed, and, at a new stable checkpoint, whether its file tree is consistent.
+void Simulation::fs_after_step(ReplicaHost& r, const std::vector<ExecRecord>& finals) {
+  RecordingService& recording = *stack(r).recording;
+  max_executed_ = std::max(max_executed_, r.replica->last_executed());
+  const std::uint64_t through = std::min(r.replica->last_executed(), recording.committed_through());
+  fs_check_->on_progress(r.id, finals, recording.executed_from(), through);
+  for (const auto& [seq, digest] : recording.take_checkpoints()) fs_check_->on_checkpoint(seq, digest);
+  if (fs_check_->failed()) fail(fs_check_->violation());
+  const std::uint64_t stable = r.replica->stable_checkpoint();
+  if (stable == fs_stable_[r.id]) return;
+  fs_stable_[r.id] = stable;
+  // The walk visits every object: at every stable checkpoint while the tree is small, at every fourth after.
+  if (stack(r).fs->object_count() <= kFsInvariantObjectsMax || (stable / sc_.replica.checkpoint_interval) % 4 == 0) {
+    fs_check_replica(r, "at a new stable checkpoint");
+  }
+}
+
+void Simulation::fs_check_replica(ReplicaHost& r, const char* when) {
+  ++fs_invariant_checks_;
+  const std::string why = stack(r).fs->check_invariants();
+  if (why.empty()) return;
+  fail(fmt("fs invariants: correct replica %u %s (last executed %llu, stable checkpoint %llu): %s", r.id, when,
+           ull(r.replica->last_executed()), ull(r.replica->stable_checkpoint()), why.c_str()));
+}
+
+// The end of a file-service run: every correct replica's tree is consistent, the agreed history has no gap, the
+// oracle's pending reads and checkpoints are decided, and its own trees are consistent.
+void Simulation::fs_finish() {
+  for (NodeId id = 0; id < sc_.n; ++id) {
+    ReplicaHost& r = cluster_->host(id);
+    if (r.correct() && r.up) fs_check_replica(r, "at the end");
+  }
+  fs_check_->finish();
+  if (fs_check_->failed()) fail(fs_check_->violation());
+  if (const std::string why = fs_check_->oracle().check_invariants(); !why.empty()) {
+    fail("fs invariants: the oracle's " + why);
+  }
 }
 
 SimResult Simulation::run() {

@@ -4,6 +4,7 @@
 //   simulation.cc  setup, the ticks, the observer of the cluster (checker feeding), the run and its liveness phase
 //   faults.cc      crashes and restarts, every replica crashing at once, partitions, slow links
 //   clients.cc     the clients: plain and pipelining ones, speculating counter clients, their completions
+//   fs_clients.cc  the file-service clients: plain ones over the shim, speculating ones, their reads' windows
 //   stats.cc       the run's totals (SimStats) and its failure report
 #pragma once
 
@@ -23,6 +24,8 @@
 #include "relay/spec_client.h"
 #include "sim/checker.h"
 #include "sim/cluster.h"
+#include "sim/fs_check.h"
+#include "sim/fs_workload.h"
 #include "sim/scenario.h"
 #include "sim/service_stack.h"
 #include "sim/simulator.h"
@@ -33,6 +36,9 @@ inline constexpr std::uint64_t kLivenessOps = 3;          // requests each clien
 inline constexpr std::uint64_t kArmedCrashTicksMax = 40;  // a crash "between persist and send" waits this long
 inline constexpr std::uint64_t kConvergeGraceTicks = 3000;  // liveness: for the replicas to converge after clients
 inline constexpr std::uint64_t kSettleTicks = 1000;  // liveness: for the others to execute the further request
+// File-service seeds: FsService::check_invariants runs at every stable checkpoint of a correct replica while its
+// tree has at most this many objects, and at every fourth one after.
+inline constexpr std::uint64_t kFsInvariantObjectsMax = 512;
 
 // One simulated client: a protocol client core over its endpoint in the cluster, and its workload's state.
 struct ClientNode {
@@ -60,6 +66,25 @@ struct ClientNode {
   std::uint64_t completed_after_heal = 0;
   std::uint64_t newest_completed = 0;  // highest request id completed
   bool stopped = false;
+  // A file-service client (fs seeds): its workload, drawn from a stream of its own, and each request in flight.
+  // A speculating one chains requests as the counter's do (spec_window, chain, dead, waiting_first, recovering);
+  // it sends a read on the read-only path only with nothing else in flight, and nothing else until it ends.
+  struct FsInFlight {
+    fs::Request request;
+    bool read_only = false;      // sent on the read-only path
+    FsOracle::ReadId read = 0;   // read_only: its window in the oracle
+    std::uint64_t fallbacks_before = 0;  // read_only, speculating client: ClientStats::read_only_fallbacks then
+    bool learned = false;        // the workload learned from its first reply
+  };
+  std::unique_ptr<FsWorkload> fs;
+  Prng fs_prng{0};
+  std::map<std::uint64_t, FsInFlight> fs_ops;
+  std::uint64_t fs_read_id = 0;  // speculating client: the read-only read in flight (0: none)
+  // The client's ordered requests whose agreed seq is not known yet, and the largest agreed seq of those that
+  // are: a read it sends is answered only after its last ordered request executed (Request::prev_request_id), so
+  // that seq bounds the read's window from below.
+  std::vector<std::uint64_t> fs_ordered;
+  std::uint64_t fs_lo = 0;
 
   std::size_t in_flight() const { return spec ? spec->in_flight() : client->in_flight(); }
   const ClientStats& core_stats() const { return spec ? spec->client_stats() : client->stats(); }
@@ -136,10 +161,29 @@ class Simulation final : private ClusterObserver {
   void spec_on_final(ClientNode& c, const SpecEvent& ev);
   void spec_resume(ClientNode& c);  // after a failure: continue once nothing is in flight
 
+  // ---- file-service clients (fs_clients.cc) ----
+  void make_fs_client(ClientNode& c);
+  void fs_submit(ClientNode& c, bool allow_read);  // a plain client's next request
+  void fs_register(ClientNode& c, std::uint64_t rid, ClientNode::FsInFlight f, std::uint64_t step,
+                   const FsWorkRequest& w, const std::string& how);
+  std::uint64_t fs_read_lo(ClientNode& c);
+  std::string fs_completed(ClientNode& c, const Completion& comp, FinalKind kind);
+  void fs_end_read(ClientNode& c, const Completion& comp, const ClientNode::FsInFlight& f);
+  void fs_on_first(ClientNode& c, const SpecEvent& ev);
+  void fs_spec_pump(ClientNode& c);
+  void fs_spec_submit(ClientNode& c, bool allow_read);
+  void fs_spec_on_final(ClientNode& c, const SpecEvent& ev);
+  void fs_spec_resume(ClientNode& c);
+  // ---- the file service's replica side (simulation.cc) ----
+  void fs_after_step(ReplicaHost& r, const std::vector<ExecRecord>& finals);
+  void fs_check_replica(ReplicaHost& r, const char* when);
+  void fs_finish();
+
   // ---- stats and reports (stats.cc) ----
   void collect_stats();
   void collect_replica_stats();
   void collect_client_stats();
+  void collect_fs_stats();
   std::string failure_report(const std::string& what) const;
   std::string trace_text() const;
   const char* phase_name() const;
@@ -165,6 +209,11 @@ class Simulation final : private ClusterObserver {
   // scenarios). Without it a hold lasts until the core's tick bound.
   Prng hold_prng_;
   std::unique_ptr<Checker> checker_;
+  std::unique_ptr<FsCheck> fs_check_;  // file-service seeds: the agreed history for the serial-order oracle
+  std::uint64_t max_executed_ = 0;     // the largest last_executed any correct replica reached so far
+  std::vector<std::uint64_t> fs_stable_;  // per replica: the stable checkpoint its invariants were checked at
+  std::uint64_t fs_invariant_checks_ = 0;
+  std::uint64_t fs_reads_read_only_ = 0;  // read-only results accepted and handed to the oracle
   std::unique_ptr<Cluster> cluster_;
   std::vector<ReplicaFate> fates_;                // index = replica id
   std::vector<std::unique_ptr<ClientNode>> clients_;  // after the cluster: their cores use its keys

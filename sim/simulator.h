@@ -1,21 +1,25 @@
 // The seeded whole-cluster simulator ("one seed drives the whole cluster"; TigerBeetle's VOPR and
 // FoundationDB's simulation are the models).
 //
-// One run builds n = 3f+1 real Replica cores (each over a CounterService or NullService wrapped in a
-// RecordingService, with an in-memory SnapshotStore and a durable record list that survive crashes) and m
-// real Client cores on the cluster driver (sim/cluster.h), and drives them with logical ticks. PBFT-CS seeds (Wester et al., NSDI'09 §3) run the
-// counter behind shim::Shim on every replica, with primaries that execute early (ReplicaOptions::early_replies)
-// and clients built on the speculation library (relay/spec_client.h): speculating counter clients that chain
-// increments on first replies, and plain clients over the shim; a Byzantine primary may lie in its early
-// replies (sim/byzantine.h). Every message goes through the real wire codec
+// One run builds n = 3f+1 real Replica cores (each over a CounterService, a NullService or the file service,
+// fs::FsService, wrapped in a RecordingService, with an in-memory SnapshotStore and a durable record list that
+// survive crashes) and m real Client cores on the cluster driver (sim/cluster.h), and drives them with logical
+// ticks. PBFT-CS seeds (Wester et al., NSDI'09 §3) run the counter behind shim::Shim on every replica, with
+// primaries that execute early (ReplicaOptions::early_replies) and clients built on the speculation library
+// (relay/spec_client.h): speculating counter clients that chain increments on first replies, and plain clients
+// over the shim; a Byzantine primary may lie in its early replies (sim/byzantine.h). File-service seeds run the
+// file service behind the shim always, as in production, with clients that draw file operations (create, write,
+// rename over files and directories, link, remove, compound requests with predicates, reads on the read-only
+// path: sim/fs_workload.h), plain or speculating. Every message goes through the real wire codec
 // (encode with the sender's keys, decode and authenticate with the receiver's), a simulated network (delay,
 // loss, duplication, reordering, partitions, slow links), crashes and restarts (including a crash between
 // persisting and sending, and a crash of every replica at once), and up to f Byzantine replicas
 // (sim/byzantine.h). After every step the checker (sim/checker.h) checks agreement, agreed results, accepted
-// results and counter integrity over the correct replicas; "durable before sent" is checked on every send of
-// a correct replica. A fault phase of random faults is followed by a liveness phase: the network heals,
-// crashed replicas restart, and every client must finish its requests and the correct replicas must
-// converge within a bound of ticks.
+// results and counter integrity over the correct replicas, and for the file service a serial-order oracle
+// replays the agreed history (sim/fs_check.h); "durable before sent" is checked on every send of a correct
+// replica. A fault phase of random faults is followed by a liveness phase: the network heals, crashed replicas
+// restart, and every client must finish its requests and the correct replicas must converge within a bound of
+// ticks.
 //
 // Everything random comes from Prngs seeded by SimConfig::seed: the same seed gives the same run, event for
 // event (SimStats::fingerprint). On a violation the result carries the seed, the step, the violation and the
@@ -38,11 +42,12 @@ struct SimConfig {
   // "" or "random": chosen by the seed. Otherwise one of scenario_names(), or a Byzantine strategy name
   // (sim/byzantine.h) to force that strategy.
   std::string scenario;
-  // "" : chosen by the seed (the counter mostly, the null service with a pipelining client sometimes);
-  // "counter" or "null" to force one.
+  // "" : chosen by the seed (the counter mostly; the file service in a quarter of the seeds, from a stream of its
+  // own; the null service with a pipelining client sometimes); "counter", "null" or "fs" to force one.
   std::string service;
-  // PBFT-CS: -1 chosen by the seed; 1 forces early replies, the shim and speculating clients (counter only);
-  // 0 forbids the shim and speculating clients (early replies still as the seed chooses).
+  // PBFT-CS: -1 chosen by the seed; 1 forces early replies, the shim and speculating clients (counter or file
+  // service); 0 forbids speculating clients, and the shim but for the file service, which always runs behind it
+  // (early replies still as the seed chooses).
   int speculation = -1;
   bool verbose = false;  // print every event and debug logs to stdout as the run goes
   // Tests of the simulator only: replica 1's final executions reach the checker with an altered result digest,
@@ -52,6 +57,10 @@ struct SimConfig {
   // before its shim sees it, so requests built on lies execute everywhere alike; the run must fail with
   // "shim decision" or "predicate" (proves the PBFT-CS checks are wired to the cluster).
   bool sabotage_predicates = false;
+  // Tests of the simulator only (file-service seeds): every correct replica alters the data of every WRITE before
+  // its shim sees it, all alike, so the correct replicas agree with each other but not with a serial execution
+  // of what the clients sent; the run must fail with one of the oracle's violations (proves the oracle is wired).
+  bool sabotage_fs = false;
   std::uint32_t trace_events = 48;  // events kept for the failure report
 };
 
@@ -133,6 +142,37 @@ struct SimStats {
   std::uint64_t pipelined_clients = 0;
   std::uint64_t reorder_primary = 0;
   std::uint64_t requests_deferred_order = 0;
+  // File-service seeds (fs::FsService behind the shim, sim/fs_check.h). fs_seed is 1 for one; then what the
+  // clients drew (FsWorkloadStats), what the agreed history did (FsHistoryStats) and what was checked.
+  std::uint64_t fs_seed = 0;
+  std::uint64_t fs_requests = 0;           // drawn by the clients
+  std::uint64_t fs_compounds = 0;          // ... of two or more ops
+  std::uint64_t fs_expects = 0;            // ops with an fs Expect predicate (errno or digest)
+  std::uint64_t fs_renames = 0;            // RENAME ops drawn
+  std::uint64_t fs_renames_of_dirs = 0;    // ... of a directory the client knew
+  std::uint64_t fs_renames_across = 0;     // ... into another directory
+  std::uint64_t fs_renames_replacing = 0;  // ... onto a name the client knew existed
+  std::uint64_t fs_renames_into_subtree = 0;  // ... of a directory into its own subtree
+  std::uint64_t fs_links = 0;              // LINK ops drawn
+  std::uint64_t fs_removes = 0;            // REMOVE and RMDIR ops drawn
+  std::uint64_t fs_dependencies = 0;       // shim dependencies the speculating clients sent (SpecClientStats)
+  std::uint64_t fs_executions = 0;         // agreed executions (each checked against the oracle's)
+  std::uint64_t fs_with_dependencies = 0;  // ... carrying shim dependencies
+  std::uint64_t fs_shim_noops = 0;         // ... that the shim turned into no-ops
+  std::uint64_t fs_done = 0;               // ... executed with every op passing
+  std::uint64_t fs_op_failed = 0;          // ... stopped by an errno (all undone)
+  std::uint64_t fs_predicate_failed = 0;   // ... stopped by an fs Expect that did not hold
+  std::uint64_t fs_compounds_done = 0;
+  std::uint64_t fs_expects_held = 0;
+  std::uint64_t fs_renames_done = 0;
+  std::uint64_t fs_renames_across_done = 0;
+  std::uint64_t fs_links_done = 0;
+  std::uint64_t fs_removes_done = 0;
+  std::uint64_t fs_read_only_reads = 0;    // results accepted on the read-only path
+  std::uint64_t fs_reads_checked = 0;      // ... matched by the oracle to a serial state in their window
+  std::uint64_t fs_reads_unverifiable = 0;  // ... whose window began before the oracle's oldest state
+  std::uint64_t fs_checkpoints_compared = 0;  // correct replicas' checkpoint digests compared with the oracle's
+  std::uint64_t fs_invariant_checks = 0;      // FsService::check_invariants runs on correct replicas
   std::uint64_t fingerprint = 0;     // hash of the delivered frames in order: equal for equal runs
 };
 

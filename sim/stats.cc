@@ -56,6 +56,45 @@ void Simulation::collect_client_stats() {
   }
 }
 
+// What the file-service clients drew and what the agreed history did with it (fs seeds).
+void Simulation::collect_fs_stats() {
+  FsWorkloadStats drawn;
+  for (const auto& c : clients_) {
+    if (c->fs) drawn.add(c->fs->stats());
+    if (c->spec) stats_.fs_dependencies += c->spec->stats().predicates_sent;
+  }
+  const auto op = [&](fs::OpCode code) { return drawn.ops[static_cast<std::size_t>(code)]; };
+  stats_.fs_requests = drawn.requests;
+  stats_.fs_compounds = drawn.compounds;
+  stats_.fs_expects = drawn.expect_errno + drawn.expect_digest;
+  stats_.fs_renames = op(fs::OpCode::kRename);
+  stats_.fs_renames_of_dirs = drawn.renames_of_dirs;
+  stats_.fs_renames_across = drawn.renames_across_dirs;
+  stats_.fs_renames_replacing = drawn.renames_onto_known;
+  stats_.fs_renames_into_subtree = drawn.renames_into_subtree;
+  stats_.fs_links = op(fs::OpCode::kLink);
+  stats_.fs_removes = op(fs::OpCode::kRemove) + op(fs::OpCode::kRmdir);
+  const FsHistoryStats& h = fs_check_->stats();
+  stats_.fs_executions = h.executions;
+  stats_.fs_with_dependencies = h.with_dependencies;
+  stats_.fs_shim_noops = h.shim_noops;
+  stats_.fs_done = h.done;
+  stats_.fs_op_failed = h.op_failed;
+  stats_.fs_predicate_failed = h.predicate_failed;
+  stats_.fs_compounds_done = h.compounds_done;
+  stats_.fs_expects_held = h.expects_held;
+  stats_.fs_renames_done = h.renames_done;
+  stats_.fs_renames_across_done = h.renames_across_done;
+  stats_.fs_links_done = h.links_done;
+  stats_.fs_removes_done = h.removes_done;
+  const FsOracleStats& o = fs_check_->oracle().stats();
+  stats_.fs_read_only_reads = fs_reads_read_only_;
+  stats_.fs_reads_checked = o.reads_passed;
+  stats_.fs_reads_unverifiable = o.reads_unverifiable;
+  stats_.fs_checkpoints_compared = o.checkpoints_compared;
+  stats_.fs_invariant_checks = fs_invariant_checks_;
+}
+
 void Simulation::collect_stats() {
   stats_.ticks = now();
   stats_.steps = steps();
@@ -66,6 +105,7 @@ void Simulation::collect_stats() {
     stats_.shim_retries = checker_->shim_retries();
   }
   collect_client_stats();
+  if (fs_check_) collect_fs_stats();
   if (!cluster_) return;
   collect_replica_stats();
   const ClusterStats& cs = cluster_->stats();

@@ -38,10 +38,10 @@ std::string decode_all(const Objects& all, Inodes& inodes) {
   return "";
 }
 
-// A kName object: its kEntry twin agrees, and it names an inode of its type (a directory's parent is its
-// directory). Counts the link.
+// A kName object: its kEntry twin agrees, its position is one of the directory's (`positions` of them), and it
+// names an inode of its type (a directory's parent is its directory). Counts the link.
 std::string check_name_object(const Objects& all, const Inodes& inodes, const ObjectKey& k, const Value& v,
-                              Tally& t) {
+                              std::uint64_t positions, Tally& t) {
   NameRec nr;
   decode_name_rec(*v, nr);
   const auto owner = inodes.find(k.ino);
@@ -50,7 +50,7 @@ std::string check_name_object(const Objects& all, const Inodes& inodes, const Ob
   EntryRec er;
   if (e == all.end() || !decode_entry_rec(*e->second, er)) return "name without its entry: " + k.name;
   if (er.name != k.name || er.ino != nr.ino || er.type != nr.type) return "name and entry differ: " + k.name;
-  if (nr.cookie >= owner->second.next_cookie) return "cookie not below next_cookie";
+  if (nr.cookie < kFirstCookie || nr.cookie - kFirstCookie >= positions) return "position out of range: " + k.name;
   auto child = inodes.find(nr.ino);
   if (child == inodes.end()) return "entry names a missing inode: " + k.name;
   if (child->second.type != nr.type) return "entry type differs from the inode's: " + k.name;
@@ -65,7 +65,7 @@ std::string check_name_object(const Objects& all, const Inodes& inodes, const Ob
 
 // One object against the others (its kind's rules), counting what the inodes are checked against later.
 std::string check_object(const Objects& all, const Inodes& inodes, const Super& s, const ObjectKey& k,
-                         const Value& v, Tally& t) {
+                         const Value& v, std::uint64_t positions, Tally& t) {
   const auto owner = inodes.find(k.ino);
   switch (k.kind) {
     case Kind::kSuper:
@@ -78,7 +78,7 @@ std::string check_object(const Objects& all, const Inodes& inodes, const Super& 
       if (k.ino >= s.next_ino) return "inode beyond next_ino";
       break;
     case Kind::kName:
-      return check_name_object(all, inodes, k, v, t);
+      return check_name_object(all, inodes, k, v, positions, t);
     case Kind::kEntry: {
       EntryRec er;
       decode_entry_rec(*v, er);
@@ -137,7 +137,7 @@ std::string FsService::Impl::check_invariants() const {
   if (!e.empty()) return e;
   Tally t;
   for (const auto& [k, v] : all) {
-    e = check_object(all, inodes, s, k, v, t);
+    e = check_object(all, inodes, s, k, v, opt.dir_positions, t);
     if (!e.empty()) return e;
   }
   e = check_inode_counts(inodes, t);

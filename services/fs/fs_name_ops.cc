@@ -58,6 +58,8 @@ std::uint32_t FsService::Impl::make_node(const Op& op, const std::vector<OpResul
   if (e != err::kNoEnt) return e;
   if (!may(op.cred, dir, kWantW | kWantX)) return err::kAccess;
   if (type == FileType::kDirectory && dir.nlink >= kLinkMax) return err::kMLink;
+  e = check_room(dir, 0);
+  if (e != err::kOk) return e;
   const bool device = type == FileType::kCharDevice || type == FileType::kBlockDevice;
   if (device && op.cred.uid != 0) return err::kPerm;  // CAP_MKNOD
   if (type == FileType::kSymlink) {
@@ -170,7 +172,9 @@ std::uint32_t FsService::Impl::plan_rename(const Op& op, const std::vector<OpRes
     if (e != err::kOk) return e;
   }
   if (is_dir && moves && !plan.replaces && tdir.nlink >= kLinkMax) return err::kMLink;
-  return err::kOk;
+  // The target directory loses the replaced entry, and the moved one if it is the same directory, before the
+  // new name takes a position (apply_rename).
+  return check_room(tdir, (plan.replaces ? 1 : 0) + (moves ? 0 : 1));
 }
 
 std::uint32_t FsService::Impl::check_not_within(std::uint64_t to_dir, std::uint64_t moved) const {
@@ -249,6 +253,8 @@ std::uint32_t FsService::Impl::op_link(const Op& op, const std::vector<OpResult>
   if (e != err::kNoEnt) return e;
   if (!may(op.cred, dir, kWantW | kWantX)) return err::kAccess;
   if (target.nlink >= kLinkMax) return err::kMLink;
+  e = check_room(dir, 0);
+  if (e != err::kOk) return e;
   add_entry(dir, op.name, target.ino, target.type);
   ++target.nlink;
   target.ctime_ns = now;

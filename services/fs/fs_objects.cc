@@ -65,8 +65,30 @@ std::uint32_t FsService::Impl::find_entry(std::uint64_t dir, const std::string& 
   return err::kOk;
 }
 
+std::uint32_t FsService::Impl::check_room(const Inode& dir, std::uint64_t leaving) const {
+  BFT_ASSERT(dir.entries >= leaving);
+  return dir.entries - leaving < opt.dir_positions ? err::kOk : err::kNoSpc;
+}
+
+// Linear probing from the name's home. Positions are never moved once given (removal leaves a hole and does
+// not pull later entries of the probe chain back), because a position is what a reader holds as its cursor:
+// moving an entry a reader has not reached behind its cursor would make the listing skip it, and moving one it
+// has passed ahead would return it twice. A hole in the middle of a chain hides nothing either, because no
+// lookup walks chains: a name is found through its kName object, which records where the entry is. So an
+// insertion takes the first free position, which may be a hole an earlier removal left.
+std::uint64_t FsService::Impl::free_position(const Inode& dir, const std::string& name) const {
+  std::uint64_t pos = dir_position_home(dir.ino, dir.generation, name, opt.dir_positions);
+  // At most entries + 1 probes: check_room left a free position, and each occupied one holds an entry.
+  for (std::uint64_t probes = 0; probes <= dir.entries; ++probes) {
+    if (get(ObjectKey::entry(dir.ino, pos)) == nullptr) return pos;
+    pos = dir_position_next(pos, opt.dir_positions);
+  }
+  BFT_UNREACHABLE();  // more kEntry objects than dir.entries: the invariant walk would have caught it
+}
+
 void FsService::Impl::add_entry(Inode& dir, const std::string& name, std::uint64_t ino, FileType type) {
-  const std::uint64_t cookie = dir.next_cookie++;
+  BFT_ASSERT(check_room(dir, 0) == err::kOk);
+  const std::uint64_t cookie = free_position(dir, name);
   put(ObjectKey::dir_name(dir.ino, name), encode_name_rec(NameRec{cookie, ino, type}));
   put(ObjectKey::entry(dir.ino, cookie), encode_entry_rec(EntryRec{ino, type, name}));
   ++dir.entries;
@@ -118,10 +140,7 @@ Inode FsService::Impl::new_inode(std::uint64_t ino, std::uint64_t gen, FileType 
   }
   n.nlink = type == FileType::kDirectory ? 2 : 1;
   n.atime_ns = n.mtime_ns = n.ctime_ns = now;
-  if (type == FileType::kDirectory) {
-    n.parent = dir.ino;
-    n.next_cookie = kFirstCookie;
-  }
+  if (type == FileType::kDirectory) n.parent = dir.ino;
   return n;
 }
 

@@ -7,9 +7,11 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "common/assert.h"
+#include "services/checkpoint_keeper_internal.h"
 #include "services/fs/checkpointed_store.h"
 #include "services/fs/fs_service_impl.h"
 #include "services/fs/fs_state.h"
@@ -21,6 +23,8 @@ FsService::Impl::Impl(std::unique_ptr<CheckpointedStore> owned, FsOptions o)
   BFT_ASSERT(opt.partitions > 0);
   BFT_ASSERT(opt.inodes_max >= 1);
   BFT_ASSERT(opt.file_bytes_max <= (1ull << 62));  // offsets plus lengths never overflow
+  BFT_ASSERT(opt.dir_positions >= 1);
+  BFT_ASSERT(opt.dir_positions <= kDirPositionsMax);
   BFT_ASSERT(store.partition_count() == opt.partitions);
   if (!store.has_checkpoint()) {
     // A fresh store: the initial state (same on every replica) is checkpoint 0.
@@ -33,15 +37,24 @@ FsService::Impl::Impl(std::unique_ptr<CheckpointedStore> owned, FsOptions o)
   // Every state has these two objects. Bytes that fail their checksum are not a reason to stop: the service
   // starts damaged (damaged_partitions()) and the engine repairs it; an object that is simply absent is a bug.
   const std::uint64_t corrupt_before = store.corrupt_reads();
-  const bool has_super = store.get(ObjectKey::super()) != nullptr;
+  const Value super = store.get(ObjectKey::super());
   const bool has_root = store.get(ObjectKey::inode(kRootIno)) != nullptr;
-  BFT_ASSERT((has_super && has_root) || store.corrupt_reads() != corrupt_before);
+  const bool corrupt = store.corrupt_reads() != corrupt_before;
+  BFT_ASSERT((super != nullptr && has_root) || corrupt);
+  Super decoded;
+  if (super != nullptr && !decode_super(*super, decoded)) {
+    // Stored by a build that keeps other formats (fs_state.h, kStateFormat): its values cannot be read.
+    services_internal::fatal_snapshot("fs", "the superblock is not of state format " +
+                                                std::to_string(kStateFormat) + ", the one this build keeps");
+  }
   committed = recovered.seq;
   last_executed = committed;
 }
 
 void FsService::Impl::put_initial_objects() {
-  Super sup{kRootIno + 1, 1, 0};
+  Super sup;
+  sup.next_ino = kRootIno + 1;
+  sup.used_inodes = 1;
   store.put(ObjectKey::super(), make_value(encode_super(sup)));
   Inode root;
   root.ino = kRootIno;
@@ -52,7 +65,6 @@ void FsService::Impl::put_initial_objects() {
   root.uid = opt.root_uid;
   root.gid = opt.root_gid;
   root.parent = kRootIno;
-  root.next_cookie = kFirstCookie;
   store.put(ObjectKey::inode(kRootIno), make_value(encode_inode(root)));
 }
 

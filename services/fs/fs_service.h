@@ -29,6 +29,11 @@ struct FsOptions {
   std::uint32_t root_mode = 0755;
   std::uint32_t root_uid = 0;
   std::uint32_t root_gid = 0;
+  // Positions a directory's entries may take (readdir cookies 3 .. 3 + dir_positions - 1), in 1 .. 2^63 - 3.
+  // Production keeps the default, the most positions a kernel directory offset can name; tests make it tiny
+  // to force collisions of names' positions (docs/FILESERVICE.md §7). A directory holds at most this many
+  // entries (ENOSPC beyond).
+  std::uint64_t dir_positions = (1ull << 63) - 3;
 };
 
 class FsService final : public Service {

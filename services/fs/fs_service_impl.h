@@ -127,7 +127,14 @@ struct FsService::Impl {
   std::uint32_t resolve(const Handle& h, const std::vector<OpResult>& earlier, Inode& n) const;
   // kOk and the record, kNoEnt, or kIo.
   std::uint32_t find_entry(std::uint64_t dir, const std::string& name, NameRec& out) const;
-  // Adds or removes both records of an entry and updates `dir` (the caller saves it).
+  // ENOSPC if `dir`, after `leaving` of its entries go, has no free position for one more (only when a test
+  // shrinks FsOptions::dir_positions); else kOk. Checked before an op changes anything.
+  std::uint32_t check_room(const Inode& dir, std::uint64_t leaving) const;
+  // The first free position from `name`'s home in `dir`, probing forward (docs/FILESERVICE.md §7).
+  // Precondition: dir has room (check_room).
+  std::uint64_t free_position(const Inode& dir, const std::string& name) const;
+  // Adds or removes both records of an entry and updates `dir` (the caller saves it). An entry keeps the
+  // position add_entry gave it until it is removed; no other entry's removal moves it.
   void add_entry(Inode& dir, const std::string& name, std::uint64_t ino, FileType type);
   void remove_entry(Inode& dir, const std::string& name, std::uint64_t cookie);
   std::uint64_t capacity_blocks() const { return opt.capacity_bytes / kBlockBytes; }

@@ -1,7 +1,9 @@
 // The file service's value formats: see fs_state.h.
 #include "services/fs/fs_state.h"
 
+#include "common/assert.h"
 #include "common/codec.h"
+#include "common/crypto.h"
 
 namespace bftfs::fs {
 
@@ -15,9 +17,30 @@ bool decode_file_type(std::uint8_t v, FileType& t) {
 
 }  // namespace
 
+std::uint64_t dir_position_home(std::uint64_t dir_ino, std::uint64_t dir_generation, std::string_view name,
+                                std::uint64_t positions) {
+  BFT_ASSERT(positions >= 1);
+  BFT_ASSERT(positions <= kDirPositionsMax);
+  static constexpr char kTag[] = "bftfs dir position";
+  const Digest d = DigestBuilder()
+                       .add({reinterpret_cast<const std::uint8_t*>(kTag), sizeof(kTag) - 1})
+                       .add_u64(dir_ino)
+                       .add_u64(dir_generation)
+                       .add({reinterpret_cast<const std::uint8_t*>(name.data()), name.size()})
+                       .finish();
+  return kFirstCookie + load_u64_le(d.bytes.data()) % positions;
+}
+
+std::uint64_t dir_position_next(std::uint64_t pos, std::uint64_t positions) {
+  BFT_ASSERT(pos >= kFirstCookie);
+  BFT_ASSERT(pos - kFirstCookie < positions);
+  return pos - kFirstCookie + 1 == positions ? kFirstCookie : pos + 1;
+}
+
 Bytes encode_super(const Super& s) {
   Bytes out;
   ByteWriter w(out);
+  w.u32(s.format);
   w.u64(s.next_ino);
   w.u64(s.used_inodes);
   w.u64(s.used_blocks);
@@ -26,7 +49,8 @@ Bytes encode_super(const Super& s) {
 
 bool decode_super(std::span<const std::uint8_t> b, Super& s) {
   ByteReader r(b);
-  return r.u64(s.next_ino) && r.u64(s.used_inodes) && r.u64(s.used_blocks) && r.done();
+  return r.u32(s.format) && s.format == kStateFormat && r.u64(s.next_ino) && r.u64(s.used_inodes) &&
+         r.u64(s.used_blocks) && r.done();
 }
 
 Bytes encode_inode(const Inode& n) {
@@ -45,7 +69,6 @@ Bytes encode_inode(const Inode& n) {
   w.u64(n.stored_blocks);
   w.u64(n.stored_bytes);
   w.u64(n.parent);
-  w.u64(n.next_cookie);
   w.u64(n.entries);
   w.u16(static_cast<std::uint16_t>(n.target.size()));
   w.bytes(n.target);
@@ -63,7 +86,7 @@ bool decode_inode(std::span<const std::uint8_t> b, Inode& n) {
   if (!r.u32(n.mode) || !r.u32(n.nlink) || !r.u32(n.uid) || !r.u32(n.gid) || !r.u64(n.size)) return false;
   if (!r.u64(n.atime_ns) || !r.u64(n.mtime_ns) || !r.u64(n.ctime_ns) || !r.u64(n.stored_blocks)) return false;
   if (!r.u64(n.stored_bytes)) return false;
-  if (!r.u64(n.parent) || !r.u64(n.next_cookie) || !r.u64(n.entries)) return false;
+  if (!r.u64(n.parent) || !r.u64(n.entries)) return false;
   if (!r.u16(target_len)) return false;
   if (target_len > kSymlinkBytesMax) return false;
   if (!r.bytes(target_len, target)) return false;
@@ -85,7 +108,8 @@ Bytes encode_name_rec(const NameRec& n) {
 bool decode_name_rec(std::span<const std::uint8_t> b, NameRec& n) {
   ByteReader r(b);
   std::uint8_t type = 0;
-  return r.u64(n.cookie) && r.u64(n.ino) && r.u8(type) && decode_file_type(type, n.type) && r.done();
+  return r.u64(n.cookie) && n.cookie >= kFirstCookie && n.cookie <= kCookieMax && r.u64(n.ino) && r.u8(type) &&
+         decode_file_type(type, n.type) && r.done();
 }
 
 Bytes encode_entry_rec(const EntryRec& e) {
@@ -134,7 +158,8 @@ bool value_ok(const ObjectKey& k, const Bytes& v) {
     case Kind::kInode: return k.ino != 0 && k.index == 0 && decode_inode(v, n);
     case Kind::kName:
       return k.ino != 0 && !k.name.empty() && k.name.size() <= kNameBytesMax && decode_name_rec(v, nr);
-    case Kind::kEntry: return k.ino != 0 && k.index >= kFirstCookie && decode_entry_rec(v, er);
+    case Kind::kEntry:
+      return k.ino != 0 && k.index >= kFirstCookie && k.index <= kCookieMax && decode_entry_rec(v, er);
     case Kind::kData: return k.ino != 0 && !v.empty() && v.size() <= kBlockBytes;
   }
   return false;
