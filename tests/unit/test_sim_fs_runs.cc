@@ -161,8 +161,10 @@ TEST_CASE("file-service seeds pass under every kind of fault", "[sim][fs][seeds]
 }
 
 TEST_CASE("speculating file-service clients chain requests and read on the read-only path", "[sim][fs][seeds]") {
+  // A seed whose run has many of each (31 read-only reads, 51 dependencies): a seed with few may draw none once
+  // a change elsewhere moves its run.
   SimConfig c;
-  c.seed = 4;
+  c.seed = 5;
   c.service = "fs";
   c.speculation = 1;
   c.scenario = "network";
