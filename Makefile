@@ -15,6 +15,8 @@
 BUILD ?= build
 SANITIZE ?= 0
 SEEDS ?= 300
+# make sim also runs the overload scenario (sim/README.md) on this many seeds.
+OVERLOAD_SEEDS ?= 50
 SIM_ARGS ?=
 QUICK ?= 0
 FUZZ_RUNS ?=
@@ -110,6 +112,8 @@ sim: $(BUILT_OR_BUILD)
 	@test -x "$(SIM)" || { echo "$(SIM) was not built" >&2; exit 1; }
 	@echo "== simulation: $(SIM) --seeds $(SEEDS) $(SIM_ARGS)"
 	@"$(SIM)" --seeds $(SEEDS) $(SIM_ARGS)
+	@echo "== simulation: $(SIM) --scenario overload --seeds $(OVERLOAD_SEEDS)"
+	@"$(SIM)" --scenario overload --seeds $(OVERLOAD_SEEDS)
 
 # Integration tests need real binaries: BFTFS_REQUIRE_BINARIES=1 turns "binary not built" from a skip into a
 # failure here (a pytest run on its own still skips with the reason).

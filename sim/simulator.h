@@ -173,6 +173,12 @@ struct SimStats {
   std::uint64_t fs_reads_unverifiable = 0;  // ... whose window began before the oracle's oldest state
   std::uint64_t fs_checkpoints_compared = 0;  // correct replicas' checkpoint digests compared with the oracle's
   std::uint64_t fs_invariant_checks = 0;      // FsService::check_invariants runs on correct replicas
+  // Overload seeds (scenario "overload"): 1 for one; deliveries the replicas' machine put off to a later tick
+  // (a frame once per tick it waited), and the most frames waiting for it at the end of a tick.
+  std::uint64_t overload = 0;
+  std::uint64_t machine_frames_waited = 0;
+  std::uint64_t machine_backlog_max = 0;
+  std::uint64_t overload_in_flight_max = 0;  // the most requests the clients had in flight at once
   std::uint64_t fingerprint = 0;     // hash of the delivered frames in order: equal for equal runs
 };
 
