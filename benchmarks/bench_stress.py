@@ -30,7 +30,9 @@ Per run (bench-results/stress.json, list `runs`):
 
 Environment: BUILD (or BFTFS_BUILD), QUICK=1 (smaller runs), WORKLOADS=append,mmap,storm, APPEND_RECORDS (per
 writer), MMAP_WRITES (per writer), STORM_ROUNDS (per writer), STRESS_OUT (result path), NO_LOCAL=1 (skip the
-local FUSE reference), BENCH_KEEP=1 keeps the scratch directory. Every process started is stopped on exit.
+local FUSE reference), COMPARE_BUILD=<build dir> (each workload also on a cluster and mount of that build's
+bftfs, e.g. an older commit's, into the run's `compare`), BENCH_KEEP=1 keeps the scratch directory. Every
+process started is stopped on exit.
 """
 
 from __future__ import annotations
@@ -361,6 +363,11 @@ def main() -> None:
             progress(f"{kind}: {counts[kind]} per writer, 4-replica cluster")
             row = {"workload": kind, "per_writer": counts[kind]}
             row.update(on_cluster(bftfs, scratch, kind, counts[kind]))
+            compare = os.environ.get("COMPARE_BUILD")
+            if compare:
+                other = Path(compare) / "cli" / "bftfs"
+                progress(f"{kind}: the same with {other}")
+                row["compare"] = {"bftfs": str(other), **on_cluster(other, scratch / "compare", kind, counts[kind])}
             if os.environ.get("NO_LOCAL") != "1":
                 local = on_local(bftfs, scratch, kind, counts[kind])
                 row["seconds_local_fuse"] = local["seconds"]

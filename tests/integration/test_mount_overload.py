@@ -3,9 +3,10 @@ writers of 4-byte records once became millions of separate operations, stalled e
 mount for minutes and set off hundreds of view changes).
 
 - Several processes append small records to one file with O_APPEND while this test keeps calling stat,
-  stat of a new name (a LOOKUP round trip) and statvfs on the mount: every record lands exactly once, each
-  writer's records in its order; the probes complete while the writers still write; the records travel in few
-  write ops (coalesced); and the primary keeps its view.
+  stat of a new name (a LOOKUP round trip) and statvfs on the mount: every record lands exactly once and whole
+  (one write() call's bytes together: records of 7 to 207 bytes, each with its writer, sequence number and
+  length, parsed back to back), each writer's records in its order; the probes complete while the writers
+  still write; the records travel in few write ops (coalesced); and the primary keeps its view.
 - An unmount while writes are in flight to a relay that does not answer says so in the mount's log, with
   progress, and completes the writes once the relay answers again."""
 
@@ -31,25 +32,34 @@ pytestmark = pytest.mark.fuse
 WRITERS = 4
 RECORDS = 10000  # per writer
 
-# One writer process: `RECORDS` 4-byte records (sequence number << 8 | writer id), one write() each.
+# One writer process: `RECORDS` records, one write() each: a 7-byte header (writer id, sequence number, body
+# length) and a body of 0 to 200 bytes, every byte (writer + seq) & 0xff. A record split by another writer's
+# bytes, or one landing twice or never, breaks the parse.
 WRITER = r"""
 import os, struct, sys
 path, writer, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
 for seq in range(records):
-    os.write(fd, struct.pack("<I", (seq << 8) | writer))
+    size = (seq * 37 + writer * 11) % 201
+    os.write(fd, struct.pack("<BIH", writer, seq, size) + bytes([(writer + seq) & 0xFF]) * size)
 os.close(fd)
 """
+HEADER = struct.Struct("<BIH")
 
 
 def check_records(data: bytes, writers: int, records: int) -> None:
-    """Every record exactly once, each writer's in its order."""
-    assert len(data) == 4 * writers * records
+    """Every record exactly once and whole, each writer's in its order, nothing else in the file."""
     want = [0] * writers
-    for (value,) in struct.iter_unpack("<I", data):
-        writer, seq = value & 0xFF, value >> 8
-        assert writer < writers and seq == want[writer], f"writer {writer} seq {seq}, expected {want[writer]}"
+    at = 0
+    while at < len(data):
+        writer, seq, size = HEADER.unpack_from(data, at)
+        assert writer < writers and seq == want[writer], \
+            f"at byte {at}: writer {writer} seq {seq}, expected seq {want[writer] if writer < writers else '?'}"
+        assert size == (seq * 37 + writer * 11) % 201, f"at byte {at}: record of writer {writer} seq {seq} split"
+        body = data[at + HEADER.size:at + HEADER.size + size]
+        assert body == bytes([(writer + seq) & 0xFF]) * size, f"at byte {at}: body of writer {writer} seq {seq}"
         want[writer] += 1
+        at += HEADER.size + size
     assert want == [records] * writers
 
 
