@@ -15,6 +15,8 @@
 BUILD ?= build
 SANITIZE ?= 0
 SEEDS ?= 300
+# make sim also runs the overload scenario (sim/README.md) on this many seeds.
+OVERLOAD_SEEDS ?= 50
 SIM_ARGS ?=
 QUICK ?= 0
 FUZZ_RUNS ?=
@@ -54,7 +56,8 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write bench-fsync-floor posix-external clean help
+        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write bench-stress bench-fsync-floor posix-external \
+        clean help
 
 help:
 	@echo "bftfs make targets:"
@@ -66,12 +69,13 @@ help:
 	@echo "  make unit | sim | integration   one test stage (sim: SEEDS=N, SIM_ARGS=...)"
 	@echo "  make fuzz          libFuzzer targets (FUZZ_RUNS=N)"
 	@echo "  make lint          layers and purity, sizes, pyflakes, shell syntax, -Werror build"
-	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan, bench-fs, bench-fs-faults (QUICK=1 for a short run)"
+	@echo "  make bench         bench-counter, bench-faults, bench-counter-wan, bench-fs, bench-fs-faults, bench-large-write, bench-stress (QUICK=1 for a short run)"
 	@echo "  make bench-counter-wan  PBFT-CS vs PBFT vs NO-REP across emulated WAN topologies"
 	@echo "  make bench-fs      grep/write/create100 + Andrew on native, FUSE local, NO-REP, PBFT (QUICK=1, BENCH_SYSTEMS=...)"
 	@echo "  make bench-fs-faults  Andrew on PBFT with a backup, then the primary, killed; tree vs a fault-free run"
 	@echo "  make bench-fs-recovery  fs disk store: wiped replica rejoin, corrupt block repair, crash of all"
 	@echo "  make bench-large-write  one large dd through the mount: time, memory, view changes (64 MiB-1 GiB)"
+	@echo "  make bench-stress  overload: O_APPEND records, mmap writes, create/rename storm; stat waits, view changes, drain"
 	@echo "  make bench-fsync-floor  the disk's durable-write latency, 1 and 4 writers: the floor under PBFT's latency"
 	@echo "  make posix-external  pjdfstest and fsx (cargo install) against a local bftfs mount"
 	@echo "  make clean         remove build directories"
@@ -108,6 +112,8 @@ sim: $(BUILT_OR_BUILD)
 	@test -x "$(SIM)" || { echo "$(SIM) was not built" >&2; exit 1; }
 	@echo "== simulation: $(SIM) --seeds $(SEEDS) $(SIM_ARGS)"
 	@"$(SIM)" --seeds $(SEEDS) $(SIM_ARGS)
+	@echo "== simulation: $(SIM) --scenario overload --seeds $(OVERLOAD_SEEDS)"
+	@"$(SIM)" --scenario overload --seeds $(OVERLOAD_SEEDS)
 
 # Integration tests need real binaries: BFTFS_REQUIRE_BINARIES=1 turns "binary not built" from a skip into a
 # failure here (a pytest run on its own still skips with the reason).
@@ -126,7 +132,7 @@ fuzz: deps
 lint:
 	@JOBS="$(JOBS)" PYTHON="$(PYTHON)" bash scripts/lint.sh
 
-bench: bench-counter bench-faults bench-counter-wan bench-fs bench-fs-faults bench-large-write
+bench: bench-counter bench-faults bench-counter-wan bench-fs bench-fs-faults bench-large-write bench-stress
 
 bench-counter: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_counter.py
@@ -149,6 +155,11 @@ bench-fs-recovery: deps all
 
 bench-large-write: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_large_write.py
+
+# Overload through a relay mount (six O_APPEND writers of 4-byte records, many small mmap writes, a
+# create/rename storm) against the same client on a local FUSE mount: bench-results/stress.json.
+bench-stress: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_stress.py
 
 # The disk's durable-write latency, alone and with four writers at once: the floor under PBFT's latency.
 bench-fsync-floor:

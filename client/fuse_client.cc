@@ -161,9 +161,11 @@ class StopSignals {
 };
 
 // Once the session has ended (unmounted), the rest of serve() may wait for the backend: handlers still
-// waiting (a release waits for its file's writes) and then the writes in flight. If that takes longer than
-// `detach_after`, on_detached() tells the world this daemon no longer matters to a later mount. RAII: the
-// destructor (serve() is done) ends the timer.
+// waiting (a release waits for its file's writes) and then the writes in flight. While it does, this thread
+// says every kDrainReportInterval how many writes are left and about how long they will take
+// (Impl::report_drain), so a backlog behind a slow or unreachable cluster shows as progress, not as a silent
+// wait. If the wait takes longer than `detach_after`, on_detached() tells the world this daemon no longer
+// matters to a later mount. RAII: the destructor (serve() is done) ends the thread.
 class Detacher {
  public:
   Detacher(FuseClient::Impl* impl, std::function<void()> on_detached, std::chrono::milliseconds detach_after)
@@ -184,17 +186,21 @@ class Detacher {
  private:
   void run() {
     std::unique_lock<std::mutex> lock(mu_);
-    std::optional<std::chrono::steady_clock::time_point> ended_at;
+    std::optional<FuseClient::Impl::DrainProgress> progress;  // set when the session ended
+    bool detached = false;
     while (!serve_done_) {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
       if (serve_done_) return;
       const auto now = std::chrono::steady_clock::now();
-      if (!ended_at && fuse_session_exited(impl_->se) != 0) ended_at = now;
-      if (ended_at && now - *ended_at >= detach_after_) {
-        LOG_WARN("", "mount: unmounted, still waiting for the backend (%llu writes in flight); umount need not wait",
-                 static_cast<unsigned long long>(impl_->table.writes_in_flight()));
+      if (!progress && fuse_session_exited(impl_->se) != 0) progress = impl_->start_drain_report();
+      if (!progress) continue;
+      if (now - progress->last >= kDrainReportInterval) impl_->report_drain(*progress);
+      if (!detached && now - progress->start >= detach_after_) {
+        detached = true;
+        LOG_WARN("", "mount: unmounted, still waiting for the backend (%llu writes, %llu bytes in flight); "
+                 "umount need not wait", static_cast<unsigned long long>(impl_->table.writes_in_flight()),
+                 static_cast<unsigned long long>(impl_->table.pending_bytes()));
         if (on_detached_) on_detached_();
-        return;
       }
     }
   }
@@ -278,6 +284,8 @@ std::string ClientCounters::json() const {
       .add("open_prefetches", open_prefetches.load())
       .add("read_prefetch_hits", read_prefetch_hits.load())
       .add("writes_coalesced", writes_coalesced.load())
+      .add("ops_joined", ops_joined.load())
+      .add("write_behind_waits", write_behind_waits.load())
       .add("stage_sends_full", stage_sends_full.load())
       .add("stage_sends_timer", stage_sends_timer.load())
       .add("stage_sends_getattr", stage_sends_getattr.load())
@@ -304,7 +312,7 @@ int FuseClient::serve(Backend& backend, std::function<void()> on_detached, std::
   StopSignals signals;
   if (!signals.open()) return -1;
   Impl* impl = impl_.get();
-  impl->start_stage_flusher();
+  impl->wb.start_flusher();
   signals.install(impl->se, [impl, loop_thread = pthread_self()] {
     LOG_INFO("", "mount: termination signal: stopping (writes in flight get %lld s)",
              static_cast<long long>(kStopGrace.count()));
@@ -356,20 +364,68 @@ bool FuseClient::Impl::drain() {
   // Nothing more will be served: let the mount point go now (a no-op after `bftfs umount`), then let the
   // writes answered but not yet final reach the service. They may wait as long as the backend retries (a hard
   // mount) unless the daemon was told to stop: then for kStopGrace at most.
-  // Writes staged but not yet sent go now (the stage flusher is stopped after them: nothing stages any more).
-  kick_all_writes();
-  stop_stage_flusher();
+  // Nothing stages any more: the stage flusher stops, and every staged write goes now, whatever the lane holds.
+  wb.stop_flusher();
+  wb.kick_all();
   fuse_session_unmount(se);
   mounted.store(false);
   // The kernel is gone and sends no more forgets: files it still referenced after their last unlink go now.
   for (const SillyName& hidden : table.take_all_silly()) remove_hidden(hidden);
+  const auto start = std::chrono::steady_clock::now();
+  const std::uint64_t writes = table.writes_in_flight();
   if (!table.wait_all_writes([this] { return stop_grace_over(); })) {
     LOG_ERROR("", "mount: stopped with %llu writes still in flight (the backend did not answer in %lld s): "
               "their data is lost", static_cast<unsigned long long>(table.writes_in_flight()),
               static_cast<long long>(kStopGrace.count()));
     return false;
   }
+  if (writes > 0) {
+    LOG_INFO("", "unmount: the last %llu writes became final in %.1f s", static_cast<unsigned long long>(writes),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
   return true;
+}
+
+FuseClient::Impl::DrainProgress FuseClient::Impl::start_drain_report() {
+  DrainProgress p;
+  p.writes = table.writes_in_flight();
+  p.bytes = table.pending_bytes();
+  p.start = p.last = std::chrono::steady_clock::now();
+  if (p.writes > 0) {
+    LOG_INFO("", "unmount: waiting for %llu writes (%llu bytes) in flight to become final",
+             static_cast<unsigned long long>(p.writes), static_cast<unsigned long long>(p.bytes));
+  }
+  return p;
+}
+
+// One progress line of an unmount that waits for writes in flight: how many are left, how fast they became
+// final since the last line, and at that rate about how long the rest will take (by count and by bytes,
+// whichever is longer); or that none became final (the cluster may be unreachable: a hard mount keeps trying).
+void FuseClient::Impl::report_drain(DrainProgress& p) {
+  const auto now = std::chrono::steady_clock::now();
+  const std::uint64_t writes = table.writes_in_flight();
+  const std::uint64_t bytes = table.pending_bytes();
+  const double total_s = std::chrono::duration<double>(now - p.start).count();
+  const double interval_s = std::chrono::duration<double>(now - p.last).count();
+  if (writes == 0) {
+    // Nothing left to report (drain() says when the last ones became final).
+  } else if (interval_s > 0 && writes < p.writes) {
+    const double writes_per_s = static_cast<double>(p.writes - writes) / interval_s;
+    const double bytes_per_s = p.bytes > bytes ? static_cast<double>(p.bytes - bytes) / interval_s : 0;
+    double left_s = static_cast<double>(writes) / writes_per_s;
+    if (bytes_per_s > 0) left_s = std::max(left_s, static_cast<double>(bytes) / bytes_per_s);
+    LOG_INFO("", "unmount: %llu writes (%llu bytes) still in flight after %.0f s; %.0f writes/s (%.0f KiB/s) "
+             "became final in the last %.0f s: about %.0f s left",
+             static_cast<unsigned long long>(writes), static_cast<unsigned long long>(bytes), total_s, writes_per_s,
+             bytes_per_s / 1024, interval_s, left_s);
+  } else {
+    LOG_WARN("", "unmount: %llu writes (%llu bytes) still in flight after %.0f s; none became final in the last "
+             "%.0f s (is the cluster reachable? `bftfs status`)",
+             static_cast<unsigned long long>(writes), static_cast<unsigned long long>(bytes), total_s, interval_s);
+  }
+  p.writes = writes;
+  p.bytes = bytes;
+  p.last = now;
 }
 
 }  // namespace bftfs::client

@@ -12,7 +12,8 @@
 //   handlers_attrs.cc  getattr, setattr, readlink, statfs, access
 //   handlers_data.cc   open, create, read (and the open-time prefetch), write, flush, fsync, release
 //   handlers_dirs.cc   opendir, readdir(plus), releasedir
-//   write_staging.cc   write-behind: staging, coalescing and sending the data of write()
+//   write_staging.cc   write-behind's glue (the mechanism, without FUSE, is write_behind.h): staging with a
+//                      handler's interrupt, kicks, a staged request to the backend and its result to the table
 //   direct_io.cc       O_DIRECT: synchronous direct writes that leave no stale cached page of their range
 //   orphans.cc         open-unlinked files: hiding them in /.bftfs-orphans and removing them at the last close
 //
@@ -51,6 +52,7 @@
 #include "client/backend.h"
 #include "client/fuse_client.h"
 #include "client/node_table.h"
+#include "client/write_behind.h"
 #include "services/fs/fs_codec.h"
 #include "services/fs/fs_service.h"
 
@@ -69,6 +71,8 @@ inline const std::uint64_t kFileBytesMax = fs::FsOptions{}.file_bytes_max;
 // final (the backend may be unreachable: a stop must end), and how often a FLUSH checks its caller.
 inline constexpr std::chrono::seconds kStopGrace{10};
 inline constexpr std::chrono::milliseconds kCallerPoll{200};
+// How often an unmount that waits for writes in flight says how many are left and how long they will take.
+inline constexpr std::chrono::seconds kDrainReportInterval{2};
 
 // ---- FUSE types <-> wire types (fuse_wire.cc) ----
 
@@ -208,6 +212,15 @@ struct FuseClient::Impl {
   // After the FUSE loop ended: sends staged writes, unmounts, removes hidden files, waits for every write in
   // flight (for kStopGrace at most once stopping). Returns false if writes were still in flight then (lost).
   bool drain();
+  // The progress of an unmount's wait for writes in flight, reported every kDrainReportInterval by serve()'s
+  // detach thread (fuse_client.cc): start_drain_report when the session ended, then report_drain.
+  struct DrainProgress {
+    std::uint64_t writes = 0;  // in flight at the last report
+    std::uint64_t bytes = 0;
+    std::chrono::steady_clock::time_point start, last;
+  };
+  DrainProgress start_drain_report();
+  void report_drain(DrainProgress& p);
 
   // ---- stopping (interrupts.cc) ----
 
@@ -356,40 +369,29 @@ struct FuseClient::Impl {
   // Valid replies: err (always 0).
   void releasedir(fuse_req_t req, FuseIno id);
 
-  // ---- write-behind (write_staging.cc) ----
+  // ---- write-behind (client/write_behind.h; the glue in write_staging.cc) ----
 
-  // One write() piece staged: where it goes and which op of the staged request carries it.
-  struct WritePiece {
-    std::uint64_t offset = 0;
-    std::uint64_t len = 0;
-    bool append = false;
-    std::uint64_t kernel_offset = 0;  // where the kernel's page cache put the bytes
-    std::size_t op_index = 0;         // the op of the compound request that carries them
-  };
-  struct StagedRequest {
-    fs::Request request;
-    std::vector<WritePiece> pieces;
-    std::size_t bytes = 0;
-    std::chrono::steady_clock::time_point since;  // when the first piece was staged
-  };
-  std::mutex wq_mu;
-  std::condition_variable wq_cv;  // wakes the stage flusher
-  bool wq_stopping = false;
-  std::map<FuseIno, StagedRequest> staged_writes;  // by node; ordered so kick_all goes in a fixed order
-  std::thread stage_flusher;
   static constexpr std::size_t kCoalesceOpsMax = 32;  // ops per coalesced request (the wire allows 64)
   static constexpr std::chrono::milliseconds kStageDelay{20};
+  // Staging, coalescing and the lane of write() data; its requests go out through submit_write.
+  WriteBehind wb{WriteBehind::Options{.requests_max = opt.write_behind_requests_max,
+                                      .ops_max = kCoalesceOpsMax,
+                                      .stage_delay = kStageDelay},
+                 table, stats,
+                 [this](FuseIno id, const fs::Request& r, std::vector<WriteBehind::Piece> pieces) {
+                   submit_write(id, r, std::move(pieces));
+                 }};
 
-  void queue_write(FuseIno id, fs::Op op, std::uint64_t kernel_offset);
-  // Submits node `id`'s staged writes now, if any; `reason` counts why.
+  // Stages one piece of a write() (an op of at most kIoBytesMax): WriteBehind::stage with this handler's
+  // interrupt. Returns false, with nothing staged or counted, if interrupted while it waited for room.
+  bool queue_write(FuseIno id, fs::Op op, std::uint64_t kernel_offset, InterruptScope& scope);
+  // Submits node `id`'s staged writes now, if any, whatever the lane holds; `reason` counts why.
   void kick_writes(FuseIno id, std::atomic<std::uint64_t>& reason);
   // Kicks the staged writes of every object a request names by handle.
   void kick_writes_of(const fs::Request& r);
-  void kick_all_writes();
-  void submit_staged_locked(std::map<FuseIno, StagedRequest>::iterator it, std::atomic<std::uint64_t>& reason);
-  void flush_stale_stages();
-  void start_stage_flusher();
-  void stop_stage_flusher();
+  // WriteBehind's submit function: the request goes to the backend (which only queues); its final result is
+  // reported to the node table (each piece's write), the kernel's cache (a misplaced append) and the lane.
+  void submit_write(FuseIno id, const fs::Request& r, std::vector<WriteBehind::Piece> pieces);
 
   // ---- open-unlinked files (orphans.cc) ----
 

@@ -20,9 +20,13 @@ void FuseClient::Impl::getattr(fuse_req_t req, FuseIno id) {
   if (!s) return (void)freply_err(req, ESTALE);
   InterruptScope scope(req, table, stopping);
   // Our own writes in flight: the node table has their size, but their mtime, ctime and blocks are the
-  // service's (agreed time) and known only once they are final. stat after write must show them, so wait.
+  // service's (agreed time) and known only once they are final. stat after write must show them, so wait --
+  // for the writes answered before this stat, not for those other processes keep making (a stat of a file
+  // being appended to would otherwise wait until every appender stopped).
+  const std::uint64_t upto = table.last_write_ticket(id);
   if (s->has_pending) kick_writes(id, stats.stage_sends_getattr);
-  if (s->has_pending && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
+  if (s->has_pending &&
+      !table.wait_writes(id, [&] { return scope.interrupted(); }, std::chrono::milliseconds(0), upto)) {
     return (void)freply_err(req, EINTR);
   }
   // The attribute cache (docs/CLIENT.md "Caching"): attributes that a final result brought less than
@@ -64,11 +68,13 @@ void FuseClient::Impl::setattr(fuse_req_t req, FuseIno id, const struct stat* at
   InterruptScope scope(req, table, stopping);
   // Truncation must follow our writes in flight (a truncate is ordered after them anyway; waiting also keeps
   // the size of the writes in flight from extending the size the truncate sets).
+  const std::uint64_t upto = table.last_write_ticket(id);  // the writes answered before the truncate
   if ((to_set & FUSE_SET_ATTR_SIZE) != 0) {
     kick_writes(id, stats.stage_sends_mutation);
     drop_prefetch(id);
   }
-  if ((to_set & FUSE_SET_ATTR_SIZE) != 0 && !table.wait_writes(id, [&] { return scope.interrupted(); })) {
+  if ((to_set & FUSE_SET_ATTR_SIZE) != 0 &&
+      !table.wait_writes(id, [&] { return scope.interrupted(); }, std::chrono::milliseconds(0), upto)) {
     return (void)freply_err(req, EINTR);
   }
   const std::optional<std::uint32_t> new_gid =

@@ -212,9 +212,14 @@ void FuseClient::Impl::read(fuse_req_t req, FuseIno id, size_t size, off_t off, 
   if (off < 0) return (void)freply_err(req, EINVAL);
   before_direct_read(of, fi, id, size, off);
   InterruptScope scope(req, table, stopping);
-  // Read-your-writes: the data of our writes in flight is only in the service once they are final.
+  // Read-your-writes: the data of our writes in flight is only in the service once they are final. Those
+  // answered before this read, not those other processes keep making meanwhile (a reader of a file being
+  // appended to would otherwise wait for the appenders to stop).
+  const std::uint64_t upto = table.last_write_ticket(id);
   kick_writes(id, stats.stage_sends_read);
-  if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+  if (!table.wait_writes(id, [&] { return scope.interrupted(); }, std::chrono::milliseconds(0), upto)) {
+    return (void)freply_err(req, EINTR);
+  }
   if (serve_prefetched(req, id, size, static_cast<std::uint64_t>(off))) return;
   const fs::Cred cred = io_cred(of, id, 4);
   Bytes data;
@@ -250,14 +255,12 @@ void FuseClient::Impl::write(fuse_req_t req, FuseIno id, const char* buf, size_t
   if (is_direct_write(of, fi)) {
     return write_direct(req, id, *h, buf, size, static_cast<std::uint64_t>(off), of, append_mode);
   }
-  {
-    InterruptScope scope(req, table, stopping);
-    const std::uint64_t limit = opt.write_behind_bytes_max > size ? opt.write_behind_bytes_max - size : 0;
-    if (table.pending_bytes() > limit) kick_all_writes();  // staged bytes count: send them
-    if (!table.wait_pending_below(limit, [&] { return scope.interrupted(); })) {
-      return (void)freply_err(req, EINTR);
-    }
-  }
+  // Backpressure (write_staging.cc): this writer waits, interruptibly, while the mount's write-behind holds
+  // write_behind_bytes_max, and while its piece does not fit its file's staged request and the lane is full.
+  InterruptScope scope(req, table, stopping);
+  const std::uint64_t limit = opt.write_behind_bytes_max > size ? opt.write_behind_bytes_max - size : 0;
+  if (table.pending_bytes() > limit) wb.send_for_memory();  // staged bytes count: send what the lane takes
+  if (!table.wait_pending_below(limit, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
   // O_APPEND: WRITE with the append flag, so the service places the data at the end it sees when the request
   // executes: atomic across clients. The kernel put the same bytes in its page cache at its own idea of the
   // end (`off`); that is the same place unless another client appended meanwhile, and then the callback has
@@ -277,16 +280,19 @@ void FuseClient::Impl::write(fuse_req_t req, FuseIno id, const char* buf, size_t
     op.offset = append ? 0 : static_cast<std::uint64_t>(off) + done;
     op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
                    reinterpret_cast<const std::uint8_t*>(buf) + done + n);
-    table.write_submitted(id, op.offset, n, append);
-    queue_write(id, std::move(op), static_cast<std::uint64_t>(off) + done);
+    if (!queue_write(id, std::move(op), static_cast<std::uint64_t>(off) + done, scope)) break;  // interrupted
     drop_prefetch(id);
     done += n;
   } while (done < size);
-  freply_write(req, size);
+  // Interrupted while waiting for room: what was staged is written (a short write), or nothing (EINTR).
+  if (done == 0) return (void)freply_err(req, EINTR);
+  freply_write(req, done);
 }
 
 void FuseClient::Impl::flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
   InterruptScope scope(req, table, stopping);
+  // The writes answered before this close (not those other descriptors of the file keep making).
+  const std::uint64_t upto = table.last_write_ticket(id);
   kick_writes(id, stats.stage_sends_close);
   const pid_t caller = fuse_req_ctx(req)->pid;
   bool exiting = false;
@@ -302,7 +308,7 @@ void FuseClient::Impl::flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
         exiting = thread_exiting(caller);
         return exiting;
       },
-      kCallerPoll);
+      kCallerPoll, upto);
   if (!done && exiting) {
     LOG_INFO("", "client: flush for exiting thread %d answered before its writes are final", static_cast<int>(caller));
     return (void)freply_err(req, 0);
@@ -331,8 +337,12 @@ void FuseClient::Impl::fsync(fuse_req_t req, FuseIno id) {
   const auto h = handle_of(id);
   if (!h) return (void)freply_err(req, ESTALE);
   InterruptScope scope(req, table, stopping);
+  // The writes answered before fsync began; later ones are not its to wait for.
+  const std::uint64_t upto = table.last_write_ticket(id);
   kick_writes(id, stats.stage_sends_fsync);
-  if (!table.wait_writes(id, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
+  if (!table.wait_writes(id, [&] { return scope.interrupted(); }, std::chrono::milliseconds(0), upto)) {
+    return (void)freply_err(req, EINTR);
+  }
   const std::uint32_t werr = table.take_write_error(id);
   if (werr != 0) return (void)freply_err(req, static_cast<int>(werr));
   fs::Op op = make_op(OpCode::kFsync, fs::Cred{0, 0, {}});

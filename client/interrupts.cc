@@ -138,6 +138,7 @@ void FuseClient::Impl::stop() {
     }
   }
   table.notify_waiters();
+  wb.wake_waiters();
 }
 
 bool FuseClient::Impl::stop_grace_over() const {

@@ -140,28 +140,35 @@ void NodeTable::update_attr(const fs::Attr& attr, std::uint64_t seq) {
   n->attr_time = std::chrono::steady_clock::now();
 }
 
-void NodeTable::write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t len, bool append) {
+std::uint64_t NodeTable::write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t len, bool append) {
   std::lock_guard<std::mutex> lock(mu_);
   Node* n = get(id);
   BFT_ASSERT(n != nullptr);
+  const std::uint64_t ticket = ++n->last_ticket;
+  const bool fresh = n->in_flight_tickets.insert(ticket).second;
+  BFT_ASSERT(fresh);
   n->writes_in_flight += 1;
   n->bytes_in_flight += len;
   pending_bytes_ += len;
   const std::uint64_t end = append ? n->attr.size + len : offset + len;
   n->in_flight_end = std::max(n->in_flight_end, end);
+  BFT_ASSERT(n->writes_in_flight == n->in_flight_tickets.size());
+  return ticket;
 }
 
-void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
+void NodeTable::write_finished(FuseIno id, std::uint64_t ticket, std::uint64_t len, std::uint32_t err,
                                const std::optional<fs::Attr>& attr, std::uint64_t seq) {
-  (void)offset;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Node* n = get(id);
     BFT_ASSERT(n != nullptr);  // forget keeps nodes with writes in flight
     BFT_ASSERT(n->writes_in_flight > 0);
+    const std::size_t erased = n->in_flight_tickets.erase(ticket);
+    BFT_ASSERT(erased == 1);  // each write finishes once
     BFT_ASSERT(n->bytes_in_flight >= len);
     BFT_ASSERT(pending_bytes_ >= len);
     n->writes_in_flight -= 1;
+    BFT_ASSERT(n->writes_in_flight == n->in_flight_tickets.size());
     n->bytes_in_flight -= len;
     pending_bytes_ -= len;
     if (n->writes_in_flight == 0) n->in_flight_end = 0;  // the attributes now hold every effect
@@ -181,11 +188,19 @@ void NodeTable::write_finished(FuseIno id, std::uint64_t offset, std::uint64_t l
   cv_.notify_all();
 }
 
-bool NodeTable::wait_writes(FuseIno id, const std::function<bool()>& interrupted, std::chrono::milliseconds poll) {
+std::uint64_t NodeTable::last_write_ticket(FuseIno id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Node* n = get(id);
+  return n == nullptr ? 0 : n->last_ticket;
+}
+
+bool NodeTable::wait_writes(FuseIno id, const std::function<bool()>& interrupted, std::chrono::milliseconds poll,
+                            std::uint64_t upto) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     const Node* n = get(id);
-    if (n == nullptr || n->writes_in_flight == 0) return true;
+    // Tickets grow in submission order: the oldest in flight decides.
+    if (n == nullptr || n->in_flight_tickets.empty() || *n->in_flight_tickets.begin() > upto) return true;
     if (interrupted && interrupted()) return false;
     if (poll.count() > 0) {
       cv_.wait_for(lock, poll);

@@ -4,9 +4,10 @@
 // - attributes: the newest a final result gave, ordered by the local sequence number of the request that
 //   returned them (an older result never overwrites a newer one), and when they arrived (getattr answers from
 //   them for up to attr_timeout: docs/CLIENT.md "Caching");
-// - writes in flight: how many and how many bytes (write-behind), the largest end offset among them, which
-//   raises the size callers see until they are final, and the first error one of them got (flush and fsync
-//   report it once);
+// - writes in flight: how many and how many bytes (write-behind), each with a ticket numbered in submission
+//   order (so that a waiter can wait for the writes submitted before it and not for those that keep coming
+//   after it), the largest end offset among them, which raises the size callers see until they are final, and
+//   the first error one of them got (flush and fsync report it once);
 // - opens: how many, the data version (mtime, size) the kernel's page cache was filled from (close-to-open
 //   decides with it whether the pages stay), and the hidden name of a file removed while referenced.
 // What callers see (snapshot) is the attributes with the size raised to the end of the writes in flight and
@@ -27,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -92,16 +94,24 @@ class NodeTable {
   void update_attr(const fs::Attr& attr, std::uint64_t seq);
 
   // ---- writes in flight (write-behind) ----
+  // Every write of a node has a ticket: 1, 2, ... in submission order (a node's tickets never repeat).
+  static constexpr std::uint64_t kAllWrites = UINT64_MAX;
   // A write of [offset, offset + len) was submitted (`append`: at the end, offset unknown until final).
-  void write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t len, bool append);
-  // It became final: `err` its errno (0 ok); attr/seq the committed attributes it returned (when err == 0).
-  void write_finished(FuseIno id, std::uint64_t offset, std::uint64_t len, std::uint32_t err,
+  // Returns its ticket, which write_finished names.
+  std::uint64_t write_submitted(FuseIno id, std::uint64_t offset, std::uint64_t len, bool append);
+  // Write `ticket` of `id` became final: `len` its length, `err` its errno (0 ok); attr/seq the committed
+  // attributes it returned (when err == 0).
+  void write_finished(FuseIno id, std::uint64_t ticket, std::uint64_t len, std::uint32_t err,
                       const std::optional<fs::Attr>& attr, std::uint64_t seq);
-  // Blocks until `id` has no write in flight or `interrupted()` turns true (checked whenever notify_waiters
-  // is called, and at least every `poll` if it is not zero: for conditions nobody notifies about, such as
-  // the calling process exiting). Returns false if interrupted.
+  // The ticket of the last write submitted for `id` (0: none, or the node is unknown). A caller that must see
+  // the writes answered before it began passes this to wait_writes.
+  std::uint64_t last_write_ticket(FuseIno id) const;
+  // Blocks until `id` has no write in flight with a ticket up to `upto` (kAllWrites: none at all), or until
+  // `interrupted()` turns true (checked whenever notify_waiters is called, and at least every `poll` if it is
+  // not zero: for conditions nobody notifies about, such as the calling process exiting). Returns false if
+  // interrupted. Writes submitted later (another process keeps appending) do not hold up a waiter with `upto`.
   bool wait_writes(FuseIno id, const std::function<bool()>& interrupted,
-                   std::chrono::milliseconds poll = std::chrono::milliseconds(0));
+                   std::chrono::milliseconds poll = std::chrono::milliseconds(0), std::uint64_t upto = kAllWrites);
   // Blocks until every node's writes are final (unmount) or `give_up()` turns true (checked at least every
   // `poll`). Returns false if it gave up; nullptr never gives up.
   bool wait_all_writes(const std::function<bool()>& give_up = nullptr,
@@ -151,7 +161,9 @@ class NodeTable {
     std::uint64_t attr_seq = 0;
     std::chrono::steady_clock::time_point attr_time{};  // when `attr` arrived
     // writes in flight
-    std::uint64_t writes_in_flight = 0;
+    std::uint64_t writes_in_flight = 0;  // == in_flight_tickets.size()
+    std::set<std::uint64_t> in_flight_tickets;
+    std::uint64_t last_ticket = 0;
     std::uint64_t bytes_in_flight = 0;
     std::uint64_t in_flight_end = 0;  // the largest end offset of a write in flight (0 if none)
     std::uint32_t write_error = 0;

@@ -10,6 +10,16 @@
 //     of a correct replica, which is what the optimization promises; otherwise retry through ordering.
 //   - Reply digests (§5.1.1): the certificate fixes the digest; the bytes can then come from anyone, since a
 //     Byzantine replica cannot produce other bytes with that digest.
+//
+// Retransmission under load (client.h, "Retransmission"): only a request whose predecessors have all completed
+// runs its timer. The replicas execute this client's ordered requests in issue order (prev_request_id), so no
+// request can complete before every ordered request issued before it executed; a timer on a request behind
+// them measures the backlog, not the replicas, and its retransmission (to every replica, each of which then
+// starts a view-change timer) multiplies the load exactly when the system is busiest. Liveness is kept: the
+// oldest request always runs its timer (with backoff), every request becomes the oldest once those before it
+// complete, and a request's timer starts afresh at that moment. A new view learned from a certificate makes
+// the client send its other requests in flight to the new primary at once: the old primary's queue is gone, and
+// without that they would each wait for their turn as the oldest to reach it.
 #include "protocol/client.h"
 
 #include <algorithm>
@@ -31,9 +41,11 @@ struct Client::Impl {
     bool read_only = false;       // current mode (false after a fallback)
     bool sent = false;
     std::uint32_t timeout_ticks = 0;
-    std::uint64_t sent_tick = 0;
-    bool retransmitted = false;  // Karn's rule: its latency says nothing about the network
-    std::uint64_t deadline = 0;
+    // Whether its retransmission timer runs: once no ordered request issued before it is in flight (arm()).
+    bool armed = false;
+    std::uint64_t armed_tick = 0;  // when it was armed: its latency from there is the replicas' work for it
+    bool retransmitted = false;    // Karn's rule: its latency says nothing about the network
+    std::uint64_t deadline = 0;    // meaningful while armed
     // The latest reply of each replica, without its result bytes; speculative replies are not recorded here
     // (they do not vote; PBFT-CS only speculates on them).
     std::map<NodeId, Reply> replies;
@@ -130,15 +142,45 @@ struct Client::Impl {
     for (NodeId i = 0; i < opt.n; ++i) r.authenticator.push_back(crypto.mac(i, d.bytes));
   }
 
+  // Whether an ordered request issued before wire id `id` is in flight (sent, not completed): then `id` cannot
+  // complete before it, and its timer waits (see the file comment).
+  bool ordered_in_flight_before(std::uint64_t id) const {
+    for (const auto& [other, q] : requests) {
+      if (other >= id) return false;
+      if (q.sent && !q.read_only) return true;
+    }
+    return false;
+  }
+
+  // Starts `p`'s retransmission timer, with a timeout from the latency measured so far and the bytes in flight.
+  void arm(Pending& p) {
+    BFT_ASSERT(p.sent);
+    BFT_ASSERT(!p.armed);
+    p.armed = true;
+    p.armed_tick = now;
+    p.timeout_ticks = first_timeout() + transfer_allowance_ticks();
+    p.deadline = deadline_after(p.timeout_ticks);
+  }
+
+  // Arms every sent request that no ordered request in flight precedes any more (after a completion or a
+  // fall-back removed one). Requests are visited in id order, so the scan stops at the first ordered request
+  // in flight: it is the oldest, and everything after it still waits.
+  void arm_ready() {
+    for (auto& [id, p] : requests) {
+      if (!p.sent) continue;
+      if (!p.armed) arm(p);
+      if (!p.read_only) return;
+    }
+  }
+
   void send_first(Pending& p) {
     BFT_ASSERT(!p.sent);
     p.sent = true;
     ++sent_count;
     sent_bytes += p.request.op.size();
     if (p.request.authenticator.empty()) authenticate(p.request);
-    p.timeout_ticks = first_timeout() + transfer_allowance_ticks();
-    p.deadline = deadline_after(p.timeout_ticks);
-    p.sent_tick = now;
+    p.armed = false;
+    if (!ordered_in_flight_before(p.request.request_id)) arm(p);
     if (p.read_only) {
       // §5.1.3: read-only requests go straight to 2f+1 replicas (read_only_targets); one of them returns the
       // full result.
@@ -211,6 +253,18 @@ struct Client::Impl {
     p.retransmitted = true;
   }
 
+  // The client learned a new view (a certificate of it): its ordered requests in flight were sent to the old
+  // primary, whose queue did not survive the view change (TOCS §4.5: a new primary orders what the VIEW-CHANGEs
+  // carry and what it receives). Each goes once to the new primary, as a first send does: not a retransmission
+  // (no broadcast, no backoff, no timer restarted); the new primary drops any copy it already has.
+  void resend_to_new_primary() {
+    for (auto& [id, p] : requests) {
+      if (!p.sent || p.read_only) continue;
+      effects.sends.push_back(Send{primary(), Message{p.request}});
+      ++stats.resent_new_view;
+    }
+  }
+
   // §5.1.3: a read-only request without a 2f+1 certificate is re-issued as an ordered request. It needs a new
   // id (the digest covers id and flags, and replicas may already hold replies for the old one) and goes to the
   // back of the queue, so that requests still leave in increasing id order: replicas execute a client's
@@ -236,6 +290,7 @@ struct Client::Impl {
     p.request.authenticator.clear();
     p.replies.clear();
     p.results.clear();
+    p.armed = false;
     requests.emplace(new_id, std::move(p));
     BFT_ASSERT(queue.empty() || queue.back() < new_id);
     queue.push_back(new_id);
@@ -276,16 +331,22 @@ struct Client::Impl {
     auto it = requests.find(id);
     BFT_ASSERT(it != requests.end());
     const Pending& p = it->second;
-    if (!p.retransmitted && !p.read_only) sample_latency(now - p.sent_tick);
+    BFT_ASSERT(p.sent);
+    // From the moment no earlier request held it back: the time the replicas took for it (Karn's rule aside).
+    if (!p.retransmitted && !p.read_only && p.armed) sample_latency(now - p.armed_tick);
     completions.push_back(Completion{p.caller_id, std::move(result), cert_view, p.read_only, id});
-    // At least one correct replica vouches for cert_view (see check()), so the system has reached it: send
-    // the next requests to its primary.
-    view = std::max(view, cert_view);
     BFT_ASSERT(sent_bytes >= p.request.op.size());
     sent_bytes -= p.request.op.size();
     requests.erase(it);  // `p` dangles from here
     --sent_count;
     ++stats.completed;
+    // At least one correct replica vouches for cert_view (see check()), so the system has reached it: send
+    // the next requests to its primary, and those in flight too.
+    if (cert_view > view) {
+      view = cert_view;
+      resend_to_new_primary();
+    }
+    arm_ready();
     pump();
   }
 
@@ -293,7 +354,7 @@ struct Client::Impl {
     ++now;
     std::vector<std::uint64_t> expired;
     for (const auto& [id, p] : requests) {
-      if (p.sent && p.deadline <= now) expired.push_back(id);
+      if (p.sent && p.armed && p.deadline <= now) expired.push_back(id);
     }
     for (std::uint64_t id : expired) {
       Pending& p = requests.at(id);
@@ -341,7 +402,7 @@ struct Client::Impl {
       // certificate when replicas are far apart (a 15 ms WAN puts it ~90 ms later), so the retransmission
       // clock starts again once, here. Once only: a primary that answers early but never orders still meets
       // a retransmission (and the backups' view-change timers) within twice the timeout.
-      p.deadline = std::max(p.deadline, deadline_after(p.timeout_ticks));
+      if (p.armed) p.deadline = std::max(p.deadline, deadline_after(p.timeout_ticks));
       ++stats.first_replies;
       first_replies.push_back(FirstReply{p.caller_id, r.request_id, from, (r.flags & kReplySpeculative) != 0,
                                          ro_reply, r.result});

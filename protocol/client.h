@@ -15,6 +15,12 @@
 // execute one client's ordered requests in the order they were issued: each request names the ordered request
 // issued before it (Request::prev_request_id), and replicas hold it until that one executed. A read-only
 // request names it too and is answered only after it executed.
+// Retransmission (TOCS §2.1; client.cc says why each rule is safe): a request that is not answered in time is
+// sent again to every replica, with the timeout doubled each time up to retransmit_ticks_max. Its timer runs
+// only once no ordered request issued before it is in flight: behind them it cannot complete, and re-sending it
+// would only add to the load that delays them. The first timeout adapts to the latency measured from that
+// moment to completion (RFC 6298's estimator) plus an allowance for the bytes in flight. When a certificate
+// shows a new view, the ordered requests still in flight go once to its primary.
 // First replies (PBFT-CS, NSDI'09 §3.1): the first reply of each request that carries a full result is
 // reported once, before its completion, through take_first_replies(). Under PBFT-CS it is normally the
 // primary's early (speculative) reply, which never counts toward a certificate; a speculation layer
@@ -71,6 +77,7 @@ struct ClientStats {
   std::uint64_t submitted = 0;
   std::uint64_t completed = 0;
   std::uint64_t retransmissions = 0;
+  std::uint64_t resent_new_view = 0;  // ordered requests sent again to a new primary (not retransmissions)
   std::uint64_t read_only_fallbacks = 0;
   std::uint64_t read_only_widened = 0;  // read-only requests also sent to the replicas first left out
   std::uint64_t replies_rejected = 0;  // wrong client, unknown request, result not matching its digest

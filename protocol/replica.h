@@ -69,6 +69,12 @@ struct ReplicaOptions {
   std::uint32_t view_change_timeout_ticks = 200;      // a known request not executed by then: suspect primary
   std::uint32_t view_change_timeout_ticks_max = 10000; // doubling backoff cap
   std::uint32_t timer_bytes_per_tick = 2048;           // view-change timer allowance: 2 MiB/s (1 ms ticks) of queued/uncommitted bytes
+  // The view-change timer also allows for how long batches have recently taken from pre-prepare to commit
+  // here (twice the smoothed latency plus four deviations, Replica::Impl::latency_allowance_ticks), at most
+  // this much: on a machine so loaded that a batch takes longer than the fixed timeout, slowness is not taken
+  // for a faulty primary, while a primary that makes its batches slow on purpose gains at most this per batch.
+  // 2000: twice the longest pre-prepare-to-commit time measured under `make bench-stress` on 2 cores.
+  std::uint32_t latency_allowance_ticks_max = 2000;
   std::uint32_t status_interval_ticks = 50;            // periodic STATUS for retransmission and catch-up
   std::uint32_t fetch_retry_ticks = 40;                // FETCH-BATCH / FETCH-STATE retry, with jitter
 };

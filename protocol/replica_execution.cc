@@ -33,6 +33,7 @@ void Replica::Impl::run_execution() {
       clients.commit_through(s);
       stats.batches_committed++;
       history.push_back(ExecutedBatch{s, e->digest});
+      note_commit_latency(*e);
       on_commit_progress();
       if (s % opt.checkpoint_interval == 0) take_checkpoint(s);
       continue;
@@ -71,6 +72,7 @@ void Replica::Impl::commit_next() {
   clients.commit_through(s);
   stats.batches_committed++;
   history.push_back(ExecutedBatch{s, e->digest});
+  note_commit_latency(*e);
   on_commit_progress();
   if (s % opt.checkpoint_interval == 0) {
     BFT_ASSERT(last_executed == s);  // execution waited at the boundary
@@ -172,6 +174,27 @@ void Replica::Impl::send_batch_replies(const Entry& e, ReplyKind kind) {
     if (cr == nullptr || cr->seq != e.seq) continue;
     send_reply(r, e.view, kind, cr->result);
   }
+}
+
+// Batch `e` committed here: how long it took from the PRE-PREPARE we accepted (or sent) in this view, for the
+// view-change timer's latency allowance (latency_allowance_ticks). RFC 6298's estimator, as the client's:
+// srtt += (sample - srtt) / 8, rttvar += (|sample - srtt| - rttvar) / 4. Only batches ordered and committed in
+// the current view count: a view change's re-proposals, catch-up and state transfer measure something else. A
+// sample is never longer than the timer that was running (a longer wait would have started a view change and
+// left the view), so a primary can lengthen the allowance only by batches that commit within it, and never past
+// latency_allowance_ticks_max.
+void Replica::Impl::note_commit_latency(const Entry& e) {
+  if (in_view_change || replaying || e.view != view || e.ordered_tick == kNotTimed || e.ordered_tick > ticks) return;
+  const std::int64_t sample8 = static_cast<std::int64_t>(std::min<std::uint64_t>(ticks - e.ordered_tick, 1u << 20)) * 8;
+  if (commit_srtt8 == 0) {
+    commit_srtt8 = std::max<std::int64_t>(sample8, 1);
+    commit_rttvar8 = sample8 / 2;
+    return;
+  }
+  const std::int64_t err = sample8 - commit_srtt8;
+  commit_srtt8 = std::max<std::int64_t>(commit_srtt8 + err / 8, 1);
+  commit_rttvar8 += ((err < 0 ? -err : err) - commit_rttvar8) / 4;
+  BFT_ASSERT(commit_rttvar8 >= 0);
 }
 
 // A batch committed: the primary of this view works, so the view-change backoff starts over (TOCS §4.5.2) and

@@ -38,7 +38,9 @@
 // - A BATCH-DATA is accepted only for a digest already decided (pre-prepare, NEW-VIEW choice, certificate).
 // - The new primary fetches the chosen bodies it lacks before it sends NEW-VIEW, so that it persists a
 //   PrePrepareRecord for every re-proposed seq first (try_new_view).
-// - The view-change timer waits for ordered batches to commit, not only to execute tentatively (update_timer).
+// - The view-change timer waits for ordered batches to commit, not only to execute tentatively (update_timer),
+//   and allows for the bytes to order and for what batches have recently taken from pre-prepare to commit
+//   (work_allowance_ticks, latency_allowance_ticks): slowness of an overloaded machine is not a faulty primary.
 // - Execution stops while a state transfer is under way: the install replaces the state wholesale.
 // - Peers answer a STATUS only when the sender made no progress since its previous one, and at most once per
 //   half status interval per peer (on_status, may_help).
@@ -83,6 +85,7 @@ struct Replica::Impl {
   static constexpr std::uint32_t kStatusHeartbeatIntervals = 10;  // a STATUS at least every 10 status intervals
   static constexpr std::uint64_t kQuietPauseSeqs = 128;  // no quiet batches for this many seqs after a timer release
   static constexpr std::uint32_t kBatchHoldTicksMax = 2;  // a batch hold ends at the latest on its 2nd tick
+  static constexpr std::uint64_t kNotTimed = UINT64_MAX;  // Entry::ordered_tick of an entry not timed
 
   static int popcount(std::uint64_t v) { return std::popcount(v); }
   static std::uint64_t bit_of(NodeId r) { return std::uint64_t{1} << r; }
@@ -138,6 +141,10 @@ struct Replica::Impl {
     // (release_quiet) its replies for the batch are not votes. Cleared with the view state.
     bool quiet = false;
     std::uint64_t quiet_tick = 0;  // when it went quiet (the release timer)
+
+    // When this replica accepted the digest in `view` from the primary's PRE-PREPARE (or proposed it, as the
+    // primary), kNotTimed otherwise: the start of the commit latency it samples (note_commit_latency).
+    std::uint64_t ordered_tick = kNotTimed;
 
     std::uint64_t prepare_senders = 0;  // replicas that sent any PREPARE in `view` (one vote each)
     std::uint64_t commit_senders = 0;
@@ -294,6 +301,10 @@ struct Replica::Impl {
   std::uint64_t quiet_resume_seq = 0;
   std::uint64_t vc_timer_ticks_left = 0;                // 0: not running
   std::uint32_t vc_backoff = 0;                         // view changes since the last progress
+  // How long batches take here from PRE-PREPARE to commit (note_commit_latency): RFC 6298's smoothed latency
+  // and mean deviation, in eighths of a tick (0: no sample yet). The view-change timer allows for it.
+  std::int64_t commit_srtt8 = 0;
+  std::int64_t commit_rttvar8 = 0;
 
   std::deque<std::pair<NodeId, Message>> future;  // messages for a view not yet entered
   std::size_t future_bytes = 0;
@@ -459,6 +470,7 @@ struct Replica::Impl {
   void send_vote_replies(Entry& e, ReplyKind kind);
   void send_batch_replies(const Entry& e, ReplyKind kind);
   void on_commit_progress();
+  void note_commit_latency(const Entry& e);
   void rollback_to(std::uint64_t s);
 
   // ---- checkpoints and garbage collection (replica_checkpoints.cc) ----
@@ -497,6 +509,7 @@ struct Replica::Impl {
   std::uint64_t view_change_timeout_ticks();
   void update_timer();
   std::uint64_t work_allowance_ticks() const;
+  std::uint64_t latency_allowance_ticks() const;
   void on_view_change_timeout();
   bool lagging_behind_view() const;
   std::size_t view_changes_for(std::uint64_t v) const;

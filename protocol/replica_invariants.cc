@@ -16,6 +16,10 @@ void Replica::Impl::check_invariants_fast() const {
   BFT_ASSERT(!batch_held || (!returning.empty() && !hold_ended && queued_count > 0));
   BFT_ASSERT(h % K == 0);
   BFT_ASSERT(h <= last_committed);
+  // The commit latency estimate (note_commit_latency): none yet, or a positive latency and a deviation.
+  BFT_ASSERT(commit_srtt8 >= 0);
+  BFT_ASSERT(commit_rttvar8 >= 0);
+  BFT_ASSERT(commit_srtt8 > 0 || commit_rttvar8 == 0);
   BFT_ASSERT(last_committed <= last_executed);
   if (recovered_pending) {
     BFT_ASSERT(service_diverged);  // nothing executes until the recovered checkpoint is adopted

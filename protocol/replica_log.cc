@@ -35,6 +35,7 @@ void Replica::Impl::reset_view_state(Entry& e, std::uint64_t v, bool keep_digest
   e.quiet = false;
   e.old_commit_senders = 0;
   e.old_commits.clear();
+  e.ordered_tick = kNotTimed;
   if (e.fetching) {
     e.fetching = false;
     fetching_seqs.erase(e.seq);

@@ -62,6 +62,7 @@ void Replica::Impl::on_pre_prepare(NodeId from, const PrePrepare& pp, const Mess
   }
   e.has_digest = true;
   e.digest = d;
+  if (!e.committed) e.ordered_tick = ticks;
   max_ordered_seq = std::max(max_ordered_seq, pp.seq);
   if (e.batch) return;  // committed by certificate with this body already
   attach_body(e, std::make_shared<const Batch>(pp.batch));

@@ -179,6 +179,7 @@ Replica::Impl::Entry& Replica::Impl::propose(std::uint64_t s, std::shared_ptr<co
   BFT_ASSERT(!e.has_digest);
   e.has_digest = true;
   e.digest = body->digest();
+  e.ordered_tick = ticks;
   max_ordered_seq = std::max(max_ordered_seq, s);
   attach_body(e, body);  // persists the PrePrepareRecord first: a restarted primary never reuses s
   broadcast(PrePrepare{view, s, *body});

@@ -44,17 +44,31 @@ void Replica::Impl::update_timer() {
 }
 
 // The timer suspects a primary that does not get our requests committed in time; "in time" depends on how much
-// there is to order, log and execute. Fixed timeouts sized for small requests fire on every batch of large
-// writes on a busy machine, and each needless view change re-proposes (and re-sends) those megabytes again.
-// A faulty primary gains at most the time the queued bytes would take at a conservative rate; the allowance is
-// capped like the backoff.
+// there is to order, log and execute, and on how fast this machine commits at all. Fixed timeouts sized for
+// small requests on an idle machine fire on every batch of large writes, and on every batch when the replicas
+// share an overloaded machine; each needless view change re-proposes (and re-sends) its batches and stalls
+// every client for a view change, which loads the machine further: a storm. So the timer waits for the queued
+// and uncommitted bytes at a conservative rate, plus the latency allowance (what batches have been taking). A
+// faulty primary gains at most the time the queued bytes would take at that rate plus the latency allowance
+// (capped by latency_allowance_ticks_max); the sum is capped like the backoff.
 std::uint64_t Replica::Impl::work_allowance_ticks() const {
   std::uint64_t bytes = queued_bytes;
   for (std::uint64_t s = last_committed + 1; s <= max_ordered_seq; s++) {
     const Entry* e = find(s);
     if (e != nullptr && e->batch) bytes += batch_op_bytes(*e->batch);
   }
-  return std::min<std::uint64_t>(bytes / opt.timer_bytes_per_tick, opt.view_change_timeout_ticks_max);
+  return std::min<std::uint64_t>(bytes / opt.timer_bytes_per_tick + latency_allowance_ticks(),
+                                 opt.view_change_timeout_ticks_max);
+}
+
+// Twice the smoothed pre-prepare-to-commit latency plus four mean deviations (note_commit_latency): while the
+// primary keeps committing, a batch may take twice as long as recent ones before its slowness alone starts a
+// view change. A primary that stops ordering altogether is still suspected: the timer runs while we wait for a
+// request or an uncommitted batch, restarts only at a commit, and this allowance is bounded.
+std::uint64_t Replica::Impl::latency_allowance_ticks() const {
+  if (commit_srtt8 == 0) return 0;
+  const std::uint64_t ticks8 = static_cast<std::uint64_t>(2 * commit_srtt8 + 4 * commit_rttvar8);
+  return std::min<std::uint64_t>(ticks8 / 8, opt.latency_allowance_ticks_max);
 }
 
 void Replica::Impl::on_view_change_timeout() {

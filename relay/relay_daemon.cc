@@ -657,7 +657,8 @@ struct RelayDaemon::Impl {
     }
     if (!options.norep) {
       out << "reads_ordered " << spec_client->stats().reads_ordered << "\n"
-          << "read_only_fallbacks " << spec_client->client_stats().read_only_fallbacks << "\n";
+          << "read_only_fallbacks " << spec_client->client_stats().read_only_fallbacks << "\n"
+          << "resent_new_view " << spec_client->client_stats().resent_new_view << "\n";
       for (NodeId r = 0; r < config.n; ++r) {
         out << "first_compared_" << r << " " << spec_client->first_compared(r) << "\n"
             << "first_mismatches_" << r << " " << spec_client->first_mismatched(r) << "\n";

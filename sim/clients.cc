@@ -64,8 +64,7 @@ void Simulation::workload(ClientNode& c) {
     drain_client(c);
     return;
   }
-  const std::size_t window = c.pipelining ? kPipelineWindow : 1;
-  while (c.in_flight() < window && now() >= c.next_submit_tick) submit_one(c, true);
+  while (c.in_flight() < c.window && now() >= c.next_submit_tick) submit_one(c, true);
 }
 
 void Simulation::submit_one(ClientNode& c, bool allow_read) {

@@ -221,6 +221,12 @@ void print_stats(const SimStats& s, const char* indent) {
   std::printf("%sper-client order: pipelined clients %llu, reorder-client primaries %llu, requests skipped for order %llu\n",
               indent, ull(s.pipelined_clients), ull(s.reorder_primary), ull(s.requests_deferred_order));
   if (s.fs_seed > 0) print_fs_stats(s, indent);
+  if (s.overload > 0) {
+    std::printf("%soverload (%llu seeds): requests in flight at most %llu, deliveries the replicas' machine put off "
+                "%llu, frames waiting for it at most %llu (the maxima summed over the seeds)\n",
+                indent, ull(s.overload), ull(s.overload_in_flight_max), ull(s.machine_frames_waited),
+                ull(s.machine_backlog_max));
+  }
   std::printf("%sframes rejected by the wire: %llu", indent, ull(s.frames_rejected));
   const char* sep = " (";
   for (std::size_t i = 1; i < bftfs::sim::kRejectSlots; ++i) {

@@ -1,5 +1,7 @@
 #include "sim/network.h"
 
+#include <algorithm>
+
 #include "common/assert.h"
 
 namespace bftfs::sim {
@@ -54,6 +56,11 @@ void Network::send(NodeId from, NodeId to, Bytes frame, std::uint64_t now) {
 }
 
 bool Network::pop_due(std::uint64_t now, Packet& out) {
+  if (limited_tick_ != now) {
+    limited_tick_ = now;
+    // What the machine did not use at the last tick is not saved up; what it overspent it still owes.
+    limited_credit_ = std::min<std::int64_t>(limited_credit_, 0) + limited_bytes_per_tick_;
+  }
   while (!queue_.empty() && queue_.top().deliver_tick <= now) {
     // priority_queue::top is const; the packet is copied out once (frames are small) and popped.
     Packet p = queue_.top();
@@ -66,11 +73,35 @@ bool Network::pop_due(std::uint64_t now, Packet& out) {
       ++stats_.partitioned;
       continue;
     }
+    if (p.to < limited_below_ && limited_bytes_per_tick_ != 0) {
+      if (limited_credit_ <= 0) {
+        ++stats_.waited;
+        put_off_.push_back(std::move(p));
+        continue;
+      }
+      limited_credit_ -= static_cast<std::int64_t>(p.frame.size());
+    }
     ++stats_.delivered;
     out = std::move(p);
     return true;
   }
+  // The tick's deliveries end: what the machine had no time for is due at the next tick, still ahead of every
+  // frame sent later (its `order` is kept), and is checked again for a crash or a partition then.
+  backlog_ = put_off_.size();
+  stats_.backlog_max = std::max<std::uint64_t>(stats_.backlog_max, backlog_);
+  for (Packet& p : put_off_) {
+    p.deliver_tick = now + 1;
+    queue_.push(std::move(p));
+  }
+  put_off_.clear();
   return false;
+}
+
+void Network::limit_receivers(std::uint32_t nodes_below, std::uint32_t bytes_per_tick) {
+  BFT_ASSERT(nodes_below <= nodes_);
+  limited_below_ = nodes_below;
+  limited_bytes_per_tick_ = bytes_per_tick;
+  limited_credit_ = 0;
 }
 
 void Network::kill(NodeId node) {

@@ -8,7 +8,10 @@
 //   - a partition assigns every node a side; a frame whose ends are on different sides when it is due is lost;
 //   - a slow link (from, to) adds extra ticks to every frame sent on it;
 //   - a frame addressed to a node that crashed after it was sent is never delivered (the connection died with
-//     the process): each node has an incarnation number and a frame carries the one it was sent to.
+//     the process): each node has an incarnation number and a frame carries the one it was sent to;
+//   - optionally, the nodes below an id share one machine that takes in at most a number of bytes per tick
+//     (limit_receivers): frames due beyond that wait, in the order they were sent, for the next ticks, so a
+//     load larger than the machine handles becomes a backlog that every one of those nodes waits behind.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,8 @@ struct NetworkStats {
   std::uint64_t duplicated = 0;
   std::uint64_t partitioned = 0;
   std::uint64_t to_dead_node = 0;
+  std::uint64_t waited = 0;       // deliveries put off to a later tick by limit_receivers (a frame once per tick)
+  std::uint64_t backlog_max = 0;  // the most frames due and put off at the end of one tick
 };
 
 class Network {
@@ -69,10 +74,17 @@ class Network {
   void heal();  // no partition, no slow links
   bool connected(NodeId a, NodeId b) const;
 
+  // Frames to nodes with ids below `nodes_below` share a budget of `bytes_per_tick` per tick (one machine that
+  // takes in at most that much; a frame larger than what is left still goes, and the next tick's budget pays
+  // for the excess); those due beyond it wait for the next tick, ahead of later frames. 0: no limit (default).
+  void limit_receivers(std::uint32_t nodes_below, std::uint32_t bytes_per_tick);
+
   void set_slow(NodeId from, NodeId to, std::uint32_t extra_ticks);
   std::uint32_t slow_links() const;
 
   std::size_t in_flight() const { return queue_.size(); }
+  // limit_receivers: the frames put off at the last tick that had more due than the budget.
+  std::size_t backlog() const { return backlog_; }
   const NetworkStats& stats() const { return stats_; }
 
  private:
@@ -93,6 +105,14 @@ class Network {
   std::vector<std::uint8_t> side_;
   bool partitioned_ = false;
   std::vector<std::uint32_t> slow_extra_;  // nodes * nodes, index from * nodes + to
+  // limit_receivers: the shared budget, the tick it was last counted for, what it delivered then, and the frames
+  // put off at that tick (pushed back, due at the next, when the tick's deliveries end).
+  std::uint32_t limited_below_ = 0;
+  std::uint32_t limited_bytes_per_tick_ = 0;
+  std::uint64_t limited_tick_ = 0;
+  std::int64_t limited_credit_ = 0;  // bytes the machine may still take in at limited_tick_ (<= 0: none)
+  std::vector<Packet> put_off_;
+  std::size_t backlog_ = 0;
   NetworkStats stats_;
 };
 

@@ -100,6 +100,11 @@ bool choose_mode(const std::string& name, bool byzantine_allowed, Prng& p, Scena
     s.all_crash_at_checkpoint = true;
     return true;
   }
+  if (name == "overload") {
+    s.mode = Mode::kCalm;
+    forced.fs = true;
+    return true;
+  }
   static const std::pair<const char*, Mode> kModes[] = {{"calm", Mode::kCalm},
                                                          {"network", Mode::kNetwork},
                                                          {"crash", Mode::kCrash},
@@ -136,6 +141,10 @@ bool choose_shape(const SimConfig& c, Prng& p, Scenario& s, Forced& forced, std:
     name = "random";
   }
   if (!choose_mode(name, c.byzantine, p, s, forced, error)) return false;
+  if (c.scenario == "overload" && !c.service.empty() && c.service != "fs") {
+    error = "scenario 'overload' runs the file service";
+    return false;
+  }
   if (c.service == "null" || c.service == "counter") {
     forced.null_variant = c.service == "null";
   } else if (c.service == "fs") {
@@ -148,7 +157,7 @@ bool choose_shape(const SimConfig& c, Prng& p, Scenario& s, Forced& forced, std:
     error = "unknown service '" + c.service + "'";
     return false;
   }
-  if (c.service.empty() && !named_by_scenario) forced.fs = fs_drawn(c.seed);
+  if (c.service.empty() && !named_by_scenario && !forced.fs) forced.fs = fs_drawn(c.seed);
   if (forced.fs) forced.null_variant = false;
   if (c.speculation == 1) {
     if (c.service == "null" || c.scenario == "null") {
@@ -341,6 +350,45 @@ void choose_lying(const SimConfig& c, Scenario& s, const Forced& forced, std::ui
   }
 }
 
+// The overload scenario (scenario.h), after every other choice, from a stream of its own: no Byzantine or lying
+// replica and no faults (a calm network, no crashes), kOverloadClients plain clients with several requests each
+// in flight and no think time, joining one after another, and a machine for the replicas that takes in a few
+// KiB per tick (the requests' and the batches' bytes dominate, as they do on a real one). The client retransmission and view-change timeouts stay as drawn: whether those timers take
+// the backlog for a faulty primary is what the scenario checks.
+bool apply_overload(const SimConfig& c, Scenario& s, std::string& error) {
+  if (c.speculation == 1) {
+    error = "scenario 'overload' runs plain clients (cs=1 asks for speculating ones)";
+    return false;
+  }
+  Prng p(mix(c.seed, 0x0E1F10AD));
+  s.overload = true;
+  s.byzantine.clear();
+  s.lying = false;
+  s.crash_ppm = 0;
+  s.clients = kOverloadClients;
+  s.pipelining_client = false;
+  s.spec_windows.assign(s.clients, 0);
+  s.shim_options.clients_max = s.clients;
+  s.think_ticks_max = 0;
+  s.fs_workload.io_bytes_max = 16384;  // bulk writers: writes of up to 16 KiB
+  const std::uint32_t windows[] = {4, 8, 16};
+  s.client_window = std::min(windows[p.below(3)], s.replica.client_window);
+  // Per 4 replicas (every replica receives each batch): 7 replicas get a machine 7/4 as large.
+  const std::uint32_t budgets[] = {16 << 10, 24 << 10, 32 << 10};
+  s.machine_bytes_per_tick = budgets[p.below(3)] / 4 * s.n;
+  s.join_interval_ticks = p.range(10, 60);
+  // The primary batches, as in production (batch_window 0 would pre-prepare every request on its own).
+  s.replica.batch_window = std::max<std::uint32_t>(s.replica.batch_window, 1);
+  s.replica.batch_requests_max = std::max<std::uint32_t>(s.replica.batch_requests_max, 4);
+  return true;
+}
+
+std::string describe_overload(const Scenario& s) {
+  return s.overload ? fmt(" overload: window=%u machine=%uB/tick join=%llu", s.client_window,
+                          s.machine_bytes_per_tick, ull(s.join_interval_ticks))
+                    : "";
+}
+
 std::string describe_lies(const Scenario& s) {
   return s.lying ? fmt(" early-lies=%uppm fake=%uppm", s.early_lie_ppm, s.fake_ppm) : "";
 }
@@ -400,7 +448,7 @@ std::string Scenario::describe() const {
              ro.status_interval_ticks, client.use_reply_digests ? 1 : 0, ro.early_replies ? 1 : 0,
              ro.piggyback_commits ? 1 : 0, ro.batch_hold ? 1 : 0, ro.quiet_primary ? 1 : 0,
              ro.quiet_release_ticks, describe_cs(*this).c_str()) +
-         describe_fs(*this);
+         describe_fs(*this) + describe_overload(*this);
 }
 
 bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
@@ -415,7 +463,8 @@ bool make_scenario(const SimConfig& c, Scenario& s, std::string& error) {
   choose_byzantine(c, p, s, forced);
   choose_lying(c, s, forced, lie_draw);
   if (s.fs()) choose_fs(c, s);
-  if (s.fs()) choose_epochs(c, s);
+  if (s.fs() && c.scenario != "overload") choose_epochs(c, s);  // overload: plain clients only
+  if (c.scenario == "overload" && !apply_overload(c, s, error)) return false;
   return true;
 }
 
@@ -427,7 +476,7 @@ std::string check_config(const SimConfig& config) {
 
 const std::vector<std::string>& scenario_names() {
   static const std::vector<std::string> names = {"random",    "calm",      "network", "crash", "all-crash",
-                                                  "all-crash-checkpoint", "byzantine", "null", "counter"};
+                                                  "all-crash-checkpoint", "byzantine", "null", "counter", "overload"};
   return names;
 }
 

@@ -31,6 +31,10 @@ inline constexpr std::uint32_t kClients = 3;          // clients of every seed (
 inline constexpr std::uint32_t kPipelineWindow = 8;   // requests in flight of the pipelining client (null variant)
 inline constexpr std::uint32_t kSpecWindowMax = 8;    // increments in flight of a speculating client (1..8)
 inline constexpr std::uint32_t kEpochClientWindow = 4;  // requests in flight of an epoch client (more are held)
+// The overload scenario ("overload", file service): the replicas share one machine that takes in a few KiB per
+// tick, and many plain clients, joining one after another, keep several requests each in flight: the cluster is
+// offered far more than it executes per tick, and a backlog builds in front of every replica.
+inline constexpr std::uint32_t kOverloadClients = 16;
 
 // The fault mode of a seed: what its fault phase does besides the network's delay.
 enum class Mode { kCalm, kNetwork, kCrash, kAllCrash, kByzantine };
@@ -79,6 +83,12 @@ struct Scenario {
   // index of the client that runs epochs instead of sending its requests (0: none), and its options.
   std::uint32_t epoch_client = 0;
   EpochClientOptions epoch_options;
+  // The overload scenario (kOverloadClients): a correct primary, no faults, and a load the machine cannot keep
+  // up with; the run fails if a correct replica starts a view change (queueing is not a faulty primary).
+  bool overload = false;
+  std::uint32_t client_window = 1;              // requests each plain client keeps in flight
+  std::uint32_t machine_bytes_per_tick = 0;     // the replicas' shared machine (Network::limit_receivers); 0: none
+  std::uint64_t join_interval_ticks = 0;        // client j starts submitting at tick j * this
 
   // One line: every choice above, in a fixed order (printed with each result and in every failure report).
   std::string describe() const;

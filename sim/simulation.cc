@@ -79,6 +79,8 @@ void Simulation::setup() {
   co.first_start_record = true;
   co.wall_clock_from_ticks = true;
   cluster_ = std::make_unique<Cluster>(std::move(co), static_cast<ClusterObserver*>(this));
+  cluster_->network().limit_receivers(sc_.n, sc_.machine_bytes_per_tick);
+  stats_.overload = sc_.overload ? 1 : 0;
   fates_.resize(sc_.n);
   for (NodeId id = 0; id < sc_.n; ++id) cluster_->host(id).clock_skew_ns = prng_.below(5'000'000);
   for (const auto& [id, strategy] : sc_.byzantine) {
@@ -103,8 +105,11 @@ void Simulation::make_clients() {
     c->id = sc_.n + j;
     const Crypto& crypto = cluster_->crypto(c->id);
     c->pipelining = sc_.pipelining_client && j + 1 == sc_.clients;
+    c->window = c->pipelining ? kPipelineWindow : sc_.client_window;
+    // Overload seeds: the clients join one after another, so that the backlog builds up as load does.
+    c->next_submit_tick = j * sc_.join_interval_ticks;
     ClientOptions co = sc_.client;
-    if (c->pipelining) co.window = kPipelineWindow;
+    co.window = static_cast<std::uint32_t>(c->window);
     // File-service clients that do not speculate are plain PBFT clients sending shim envelopes: their
     // completions say whether a read was answered read-only or fell back to ordering, and under which id.
     // An epoch client uses first replies (of its FETCHes) and keeps several requests in flight.
@@ -126,7 +131,7 @@ void Simulation::make_clients() {
     if (epochs) make_epoch_client(*c);
     c->token = counter_initial_token(c->id);
     c->committed_token = c->token;
-    stats_.pipelined_clients += c->pipelining || c->spec_window > 1 ? 1 : 0;
+    stats_.pipelined_clients += c->window > 1 || c->spec_window > 1 ? 1 : 0;
     ClientNode* node = c.get();
     cluster_->client(c->id).receive = [this, node](NodeId from, const Message& m) { receive(*node, from, m); };
     clients_.push_back(std::move(c));
@@ -189,6 +194,13 @@ void Simulation::after_replica_step(ReplicaHost& r) {
   }
   check_checker();
   if (!log_error_.empty()) fail("ERROR logged: " + log_error_);
+  if (sc_.overload && r.correct() && r.replica->stats().view_changes_started > 0) {
+    // Every replica is correct and nothing fails: the primary orders everything it receives, only slower than
+    // the clients send. A view change would be queueing taken for a faulty primary.
+    fail(fmt("overload: correct replica %u started a view change (view %llu) with a correct primary; the machine "
+             "has %llu frames waiting",
+             r.id, ull(r.replica->view()), ull(cluster_->network().backlog())));
+  }
 }
 
 // ---- ticks ----
@@ -197,6 +209,11 @@ void Simulation::tick_once() {
   if (phase_ == Phase::kFault) faults();
   cluster_->byzantine_tick();
   for (auto& c : clients_) workload(*c);
+  if (sc_.overload) {
+    std::uint64_t in_flight = 0;
+    for (const auto& c : clients_) in_flight += c->in_flight();
+    stats_.overload_in_flight_max = std::max(stats_.overload_in_flight_max, in_flight);
+  }
   cluster_->deliver_due();
   tick_replicas();
   for (auto& c : clients_) {

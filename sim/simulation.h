@@ -47,6 +47,7 @@ struct ClientNode {
   std::unique_ptr<Client> client;    // a plain PBFT client (seeds without the shim)
   std::unique_ptr<SpecClient> spec;  // the PBFT-CS client library (shim seeds), speculating or not
   bool pipelining = false;
+  std::size_t window = 1;   // a plain client's requests in flight (pipelining: kPipelineWindow; overload seeds)
   std::uint64_t token = 0;  // the token of the next increment
   // A speculating counter client (spec_window > 0; NSDI'09 §6.1 with §3.2): each increment presents the token
   // of the previous increment's first reply and is predicated on that reply, up to spec_window in flight. When

@@ -207,6 +207,12 @@ struct SimStats {
   std::uint64_t epoch_entries_replayed = 0;
   std::uint64_t epoch_entries_staged = 0;  // ... from staged parts
   std::uint64_t epoch_replica_audits = 0;
+  // Overload seeds (scenario "overload"): 1 for one; deliveries the replicas' machine put off to a later tick
+  // (a frame once per tick it waited), and the most frames waiting for it at the end of a tick.
+  std::uint64_t overload = 0;
+  std::uint64_t machine_frames_waited = 0;
+  std::uint64_t machine_backlog_max = 0;
+  std::uint64_t overload_in_flight_max = 0;  // the most requests the clients had in flight at once
   std::uint64_t fingerprint = 0;     // hash of the delivered frames in order: equal for equal runs
 };
 

@@ -160,6 +160,8 @@ void Simulation::collect_stats() {
   stats_.frames_duplicated = n.duplicated;
   stats_.frames_partitioned = n.partitioned;
   stats_.frames_to_dead_nodes = n.to_dead_node;
+  stats_.machine_frames_waited = n.waited;
+  stats_.machine_backlog_max = n.backlog_max;
   stats_.fingerprint = cluster_->fingerprint();
 }
 

@@ -548,3 +548,77 @@ TEST_CASE("client names the ordered request issued before each request as its pr
   CHECK(Fixture::request_of(sends[0]).request_id == c);
   CHECK(Fixture::request_of(sends[0]).prev_request_id == again.request_id);
 }
+
+// Retransmission under load (client.h, "Retransmission"): the replicas execute a client's ordered requests in
+// issue order, so only the oldest in flight can be late; the others' timers start when they become the oldest.
+TEST_CASE("client runs the retransmission timer of its oldest ordered request only", "[client][retransmit]") {
+  ClientOptions o;
+  o.window = 8;
+  o.retransmit_ticks = 100;
+  o.retransmit_ticks_max = 400;
+  Fixture fx(o);
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(fx.client->submit(Bytes{static_cast<std::uint8_t>(i)}));
+  const std::uint64_t read = fx.client->submit(Bytes{9}, true);  // waits for ids[3] at the replicas
+  REQUIRE(fx.sends().size() == 4 + 2 * kF + 1);
+  // Nobody answers for 1000 ticks: only the oldest is sent again, with backoff (after 100, 200, 400 ± 1/8).
+  std::vector<std::uint64_t> resent;
+  for (int t = 0; t < 1000; ++t) {
+    fx.client->on_tick();
+    for (const Send& s : fx.sends()) {
+      CHECK(s.to == kAllReplicas);
+      resent.push_back(Fixture::request_of(s).request_id);
+    }
+  }
+  CHECK(resent == std::vector<std::uint64_t>{ids[0], ids[0], ids[0]});
+  CHECK(fx.client->stats().read_only_fallbacks == 0);  // the read is not late either: its predecessor is
+  // The oldest completes: the next one's timer starts now, at the first timeout again (not 100 ticks ago).
+  fx.reply(0, ids[0], kResult, 0);
+  fx.reply(1, ids[0], kResult, 0, false);
+  REQUIRE(fx.client->take_completions().size() == 1);
+  int waited = 0;
+  while (fx.client->stats().retransmissions == 3 && waited < 1000) {
+    fx.client->on_tick();
+    ++waited;
+  }
+  CHECK(waited >= 88);
+  CHECK(waited <= 113);
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 1);
+  CHECK(Fixture::request_of(sends[0]).request_id == ids[1]);
+  // Once every ordered request completed, the read's own timer runs (and its timeout makes it fall back).
+  for (std::size_t i = 1; i < ids.size(); ++i) {
+    fx.reply(0, ids[i], kResult, 0);
+    fx.reply(1, ids[i], kResult, 0, false);
+  }
+  REQUIRE(fx.client->take_completions().size() == 3);
+  for (int t = 0; t < 150 && fx.client->stats().read_only_fallbacks == 0; ++t) fx.client->on_tick();
+  CHECK(fx.client->stats().read_only_fallbacks == 1);
+  (void)read;
+}
+
+TEST_CASE("client sends its ordered requests in flight to the primary of a new view it learns",
+          "[client][retransmit]") {
+  ClientOptions o;
+  o.window = 8;
+  Fixture fx(o);
+  const std::uint64_t a = fx.client->submit(Bytes{1});
+  const std::uint64_t b = fx.client->submit(Bytes{2});
+  const std::uint64_t c = fx.client->submit(Bytes{3});
+  for (const Send& s : fx.sends()) CHECK(s.to == 0);
+  // a completes in view 1 (a certificate: the old primary's queue is gone): b and c go to replica 1 at once.
+  fx.reply(2, a, kResult, 0, true, 1);
+  fx.reply(3, a, kResult, 0, false, 1);
+  REQUIRE(fx.client->take_completions().size() == 1);
+  auto sends = fx.sends();
+  REQUIRE(sends.size() == 2);
+  CHECK(sends[0].to == 1);
+  CHECK(Fixture::request_of(sends[0]).request_id == b);
+  CHECK(sends[1].to == 1);
+  CHECK(Fixture::request_of(sends[1]).request_id == c);
+  CHECK(fx.client->stats().resent_new_view == 2);
+  CHECK(fx.client->stats().retransmissions == 0);
+  // One replica's word for a view is not a certificate: nothing moves.
+  fx.reply(3, b, kResult, 0, true, 2);
+  CHECK(fx.sends().empty());
+}

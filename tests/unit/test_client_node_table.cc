@@ -84,8 +84,8 @@ TEST_CASE("client cache: a snapshot says which request's result gave the committ
   REQUIRE(t.snapshot(a)->attr_seq == 9);
   REQUIRE(t.snapshot(a)->attr_time >= mid);
   // A write's final result refreshes them too (the attribute cache answers getattr from it).
-  t.write_submitted(a, 0, 5, false);
-  t.write_finished(a, 0, 5, 0, file_attr(7, 1, 30, 2), 12);
+  const std::uint64_t w = t.write_submitted(a, 0, 5, false);
+  t.write_finished(a, w, 5, 0, file_attr(7, 1, 30, 2), 12);
   REQUIRE(t.snapshot(a)->attr_seq == 12);
   REQUIRE(t.snapshot(a)->attr.mtime_ns == 2);
 }
@@ -105,14 +105,14 @@ TEST_CASE("client cache: pending writes overlay the committed size until final, 
   NodeTable t(kRoot);
   const FuseIno a = t.remember(file_attr(4, 1, 100), 1);
   REQUIRE(t.opened(a, DataVersion{1, 100}) == false);  // first open: nothing cached yet
-  t.write_submitted(a, 1000, 24, false);
-  t.write_submitted(a, 50, 10, false);
+  const std::uint64_t w1 = t.write_submitted(a, 1000, 24, false);
+  const std::uint64_t w2 = t.write_submitted(a, 50, 10, false);
   auto s = t.snapshot(a);
   REQUIRE(s->has_pending);
   REQUIRE(s->attr.size == 1024);  // read-your-writes: the overlay extends the committed size
   REQUIRE(t.pending_bytes() == 34);
-  t.write_finished(a, 1000, 24, 0, file_attr(4, 1, 1024, 2), 2);
-  t.write_finished(a, 50, 10, 28 /* ENOSPC */, std::nullopt, 3);
+  t.write_finished(a, w1, 24, 0, file_attr(4, 1, 1024, 2), 2);
+  t.write_finished(a, w2, 10, 28 /* ENOSPC */, std::nullopt, 3);
   s = t.snapshot(a);
   REQUIRE_FALSE(s->has_pending);
   REQUIRE(s->attr.size == 1024);  // the committed layer now has the write's result
@@ -127,7 +127,7 @@ TEST_CASE("client cache: pending writes overlay the committed size until final, 
 TEST_CASE("client cache: waiting for writes ends when they are final or when interrupted", "[client]") {
   NodeTable t(kRoot);
   const FuseIno a = t.remember(file_attr(4, 1), 1);
-  t.write_submitted(a, 0, 5, false);
+  const std::uint64_t w = t.write_submitted(a, 0, 5, false);
   // (Catch2 assertions stay on this thread: the waiters only record what they returned.)
   std::atomic<bool> interrupted{false};
   std::atomic<int> first{-1}, second{-1};
@@ -137,7 +137,7 @@ TEST_CASE("client cache: waiting for writes ends when they are final or when int
   waiter_interrupted.join();
   REQUIRE(first == 0);
   std::thread waiter([&] { second = t.wait_writes(a, nullptr) ? 1 : 0; });
-  t.write_finished(a, 0, 5, 0, file_attr(4, 1, 5), 2);
+  t.write_finished(a, w, 5, 0, file_attr(4, 1, 5), 2);
   waiter.join();
   REQUIRE(second == 1);
   REQUIRE(t.wait_pending_below(0, nullptr));
@@ -146,10 +146,10 @@ TEST_CASE("client cache: waiting for writes ends when they are final or when int
 TEST_CASE("client cache: a node with writes in flight or opens outlives the kernel's forget", "[client]") {
   NodeTable t(kRoot);
   const FuseIno a = t.remember(file_attr(9, 1), 1);
-  t.write_submitted(a, 0, 3, false);
+  const std::uint64_t w = t.write_submitted(a, 0, 3, false);
   REQUIRE_FALSE(t.forget(a, 1));
   REQUIRE(t.handle(a).has_value());
-  t.write_finished(a, 0, 3, 0, file_attr(9, 1, 3), 2);
+  t.write_finished(a, w, 3, 0, file_attr(9, 1, 3), 2);
   REQUIRE_FALSE(t.handle(a).has_value());  // gone once the write is final
 }
 
@@ -225,4 +225,28 @@ TEST_CASE("local backend: executes in submission order and reports each final re
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return errs.size() == 3; });
   REQUIRE(errs == std::vector<std::uint32_t>{0, fs::err::kExist, 0});
+}
+
+TEST_CASE("client cache: a waiter waits for the writes submitted before it, not for those that keep coming",
+          "[client]") {
+  NodeTable t(kRoot);
+  const FuseIno a = t.remember(file_attr(5, 1), 1);
+  REQUIRE(t.last_write_ticket(a) == 0);
+  const std::uint64_t w1 = t.write_submitted(a, 0, 4, true);
+  const std::uint64_t w2 = t.write_submitted(a, 0, 4, true);
+  REQUIRE(w2 > w1);
+  const std::uint64_t upto = t.last_write_ticket(a);  // a stat begins: it must see w1 and w2
+  REQUIRE(upto == w2);
+  const std::uint64_t w3 = t.write_submitted(a, 0, 4, true);  // another process keeps appending
+  std::atomic<int> returned{-1};
+  std::thread stat([&] { returned = t.wait_writes(a, nullptr, std::chrono::milliseconds(0), upto) ? 1 : 0; });
+  t.write_finished(a, w1, 4, 0, file_attr(5, 1, 4), 2);
+  t.write_finished(a, w2, 4, 0, file_attr(5, 1, 8), 3);
+  stat.join();  // returns although w3 (and more after it) are still in flight
+  REQUIRE(returned == 1);
+  REQUIRE(t.snapshot(a)->has_pending);
+  REQUIRE(t.writes_in_flight() == 1);
+  t.write_finished(a, w3, 4, 0, file_attr(5, 1, 12), 4);
+  REQUIRE(t.wait_writes(a, nullptr));
+  REQUIRE(t.last_write_ticket(a) == w3);  // tickets are never reused
 }

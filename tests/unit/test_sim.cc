@@ -422,6 +422,35 @@ TEST_CASE("network delivers deterministically and honours partitions and crashes
   CHECK(net.stats().to_dead_node == 1);
 }
 
+TEST_CASE("a machine shared by the replicas takes in its bytes per tick; the rest waits in send order",
+          "[sim][network]") {
+  Prng prng(3);
+  NetworkOptions o;
+  o.delay_min_ticks = 1;
+  o.delay_max_ticks = 1;
+  Network net(3, o, prng);
+  net.limit_receivers(2, 100);  // nodes 0 and 1 share 100 bytes per tick; node 2 (a client) has no limit
+  for (std::uint8_t i = 0; i < 6; ++i) net.send(2, i % 2, Bytes(60, i), 0);
+  net.send(0, 2, Bytes{9}, 0);
+  std::vector<std::vector<std::uint8_t>> per_tick;
+  Packet p;
+  for (std::uint64_t t = 1; t <= 5; ++t) {
+    per_tick.emplace_back();
+    while (net.pop_due(t, p)) per_tick.back().push_back(p.frame[0]);
+  }
+  // Tick 1: 60 bytes, then 60 more while 40 are left (20 owed); the client's frame passes. Tick 2 has 80: two
+  // frames (40 owed). Tick 3 has 60: one frame, which uses it up. Tick 4: the last one.
+  CHECK(per_tick[0] == std::vector<std::uint8_t>{0, 1, 9});
+  CHECK(per_tick[1] == std::vector<std::uint8_t>{2, 3});
+  CHECK(per_tick[2] == std::vector<std::uint8_t>{4});
+  CHECK(per_tick[3] == std::vector<std::uint8_t>{5});
+  CHECK(per_tick[4].empty());
+  CHECK(net.stats().delivered == 7);
+  CHECK(net.stats().waited == 4 + 2 + 1);  // frames 2..5 waited at tick 1, 4 and 5 at tick 2, 5 at tick 3
+  CHECK(net.stats().backlog_max == 4);
+  CHECK(net.backlog() == 0);
+}
+
 TEST_CASE("regression lines parse", "[sim]") {
   SimConfig c;
   bool empty = false;
