@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/frames.h"
 #include "common/types.h"
 
 namespace bftfs::relay {
@@ -160,9 +161,6 @@ RelayWireError check_frame_length(std::uint32_t body_len);
 RelayWireError decode_mount_body(std::span<const std::uint8_t> body, MountMsg& out);
 RelayWireError decode_relay_body(std::span<const std::uint8_t> body, RelayMsg& out);
 
-// True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
-bool is_utf8(std::span<const std::uint8_t> s);
-
 // Splits a byte stream into frame bodies, for a reader that gets the stream in arbitrary pieces (the FUSE
 // client's blocking reads; the tests). It buffers at most one frame's bytes plus whatever was appended after
 // it. Once a length prefix is bad the stream is broken for good: the connection must be closed.
@@ -172,12 +170,10 @@ class FrameSplitter {
   enum class Next : std::uint8_t { kNeedMore, kFrame, kBroken };
   // kFrame: `body` holds the next body. kBroken: `why` says which length check failed (and stays so).
   Next next(Bytes& body, RelayWireError& why);
-  std::size_t buffered_bytes() const { return buf_.size() - pos_; }
+  std::size_t buffered_bytes() const { return frames_.buffered_bytes(); }
 
  private:
-  Bytes buf_;
-  std::size_t pos_ = 0;  // bytes of buf_ already consumed (compacted lazily)
-  RelayWireError broken_ = RelayWireError::kOk;
+  LengthFrameSplitter frames_{kFrameBodyBytesMax};
 };
 
 }  // namespace bftfs::relay

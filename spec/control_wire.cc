@@ -485,74 +485,17 @@ ControlWireError decode_daemon_body(std::span<const std::uint8_t> body, DaemonMs
   }
 }
 
-bool is_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto b = static_cast<std::uint8_t>(s[i]);
-    if (b < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len = 0;
-    std::uint32_t cp = 0;
-    std::uint32_t min = 0;
-    if ((b & 0xE0) == 0xC0) {
-      len = 2, cp = b & 0x1Fu, min = 0x80;
-    } else if ((b & 0xF0) == 0xE0) {
-      len = 3, cp = b & 0x0Fu, min = 0x800;
-    } else if ((b & 0xF8) == 0xF0) {
-      len = 4, cp = b & 0x07u, min = 0x10000;
-    } else {
-      return false;  // a continuation byte where a character starts, or 0xF8..0xFF
-    }
-    if (len > s.size() - i) return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      const auto c = static_cast<std::uint8_t>(s[i + k]);
-      if ((c & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (c & 0x3Fu);
-    }
-    if (cp < min) return false;                      // overlong
-    if (cp > 0x10FFFF) return false;                 // beyond Unicode
-    if (cp >= 0xD800 && cp <= 0xDFFF) return false;  // a UTF-16 surrogate
-    i += len;
-  }
-  return true;
-}
-
-void ControlFrameSplitter::append(std::span<const std::uint8_t> bytes) {
-  if (broken_ != E::kOk) return;  // nothing after a bad length can be framed
-  // Compact before growing, so the buffer holds at most one partial frame plus the new bytes.
-  if (pos_ > 0 && pos_ == buf_.size()) {
-    buf_.clear();
-    pos_ = 0;
-  } else if (pos_ > buf_.size() / 2) {
-    buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(pos_));
-    pos_ = 0;
-  }
-  buf_.insert(buf_.end(), bytes.begin(), bytes.end());
-}
+void ControlFrameSplitter::append(std::span<const std::uint8_t> bytes) { frames_.append(bytes); }
 
 ControlFrameSplitter::Step ControlFrameSplitter::next(Bytes& body, ControlWireError& why) {
-  if (broken_ != E::kOk) {
-    why = broken_;
-    return Step::kBroken;
+  switch (frames_.next(body)) {
+    case LengthFrameSplitter::Next::kNeedMore: return Step::kNeedMore;
+    case LengthFrameSplitter::Next::kFrame: why = E::kOk; return Step::kFrame;
+    case LengthFrameSplitter::Next::kEmpty: why = E::kFrameEmpty; return Step::kBroken;
+    case LengthFrameSplitter::Next::kTooLarge: why = E::kFrameTooLarge; return Step::kBroken;
   }
-  const std::size_t avail = buf_.size() - pos_;
-  if (avail < kControlLengthBytes) return Step::kNeedMore;
-  const std::uint32_t len = load_u32_le(buf_.data() + pos_);
-  if (const E e = check_control_length(len); e != E::kOk) {
-    broken_ = e;
-    why = e;
-    buf_.clear();
-    pos_ = 0;
-    return Step::kBroken;
-  }
-  if (avail - kControlLengthBytes < len) return Step::kNeedMore;
-  const auto* start = buf_.data() + pos_ + kControlLengthBytes;
-  body.assign(start, start + len);
-  pos_ += kControlLengthBytes + len;
-  why = E::kOk;
-  return Step::kFrame;
+  BFT_ASSERT(false);
+  return Step::kBroken;
 }
 
 }  // namespace bftfs::spec

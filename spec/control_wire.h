@@ -22,6 +22,7 @@
 #include <string_view>
 #include <variant>
 
+#include "common/frames.h"
 #include "common/types.h"
 
 namespace bftfs::spec {
@@ -257,9 +258,6 @@ ControlWireError check_control_length(std::uint32_t body_len);
 ControlWireError decode_supervisor_body(std::span<const std::uint8_t> body, SupervisorMsg& out);
 ControlWireError decode_daemon_body(std::span<const std::uint8_t> body, DaemonMsg& out);
 
-// True when `s` is well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
-bool is_utf8(std::string_view s);
-
 // Splits a byte stream into frame bodies, for a reader that gets the stream in arbitrary pieces. It buffers at
 // most one frame's bytes plus whatever was appended after it. Once a length prefix is bad the stream is broken
 // for good: the connection must be closed.
@@ -269,12 +267,10 @@ class ControlFrameSplitter {
   enum class Step : std::uint8_t { kNeedMore, kFrame, kBroken };
   // kFrame: `body` holds the next body. kBroken: `why` says which length check failed (and stays so).
   Step next(Bytes& body, ControlWireError& why);
-  std::size_t buffered_bytes() const { return buf_.size() - pos_; }
+  std::size_t buffered_bytes() const { return frames_.buffered_bytes(); }
 
  private:
-  Bytes buf_;
-  std::size_t pos_ = 0;  // bytes of buf_ already consumed (compacted lazily)
-  ControlWireError broken_ = ControlWireError::kOk;
+  LengthFrameSplitter frames_{kControlBodyBytesMax};
 };
 
 }  // namespace bftfs::spec
