@@ -133,9 +133,6 @@ std::string Supervisor::start(const SupervisorOptions& options, const Supervisor
   s.signal_fd.reset(::signalfd(-1, &s.handled, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!s.signal_fd.valid()) return errno_text("signalfd");
   if (::access(options.init_binary.c_str(), X_OK) != 0) return errno_text(options.init_binary);
-  // Opened now: the boundary's mounts below may hide its path (a build directory under /tmp).
-  const UniqueFd init_fd(::open(options.init_binary.c_str(), O_PATH | O_CLOEXEC));
-  if (!init_fd.valid()) return errno_text(options.init_binary);
 
   // The pty comes from the host's /dev/pts, before anything changes.
   if (std::string err = TreeChannels::create(options.pty, options.terminal_input, STDOUT_FILENO, s.channels);
@@ -151,7 +148,7 @@ std::string Supervisor::start(const SupervisorOptions& options, const Supervisor
   // The init exists (its pid namespace named in ATTACH) before the spec session is mounted, because nothing can
   // reach the session before the daemon serves it; the init starts only once the mounts below are in place.
   PendingTree pending;
-  if (std::string err = fork_tree(options.init_binary, init_fd.get(), options.argv, options.boundary.cwd,
+  if (std::string err = fork_tree(options.init_binary, options.argv, options.boundary.cwd,
                                   s.channels->tree_stdio(), pending);
       !err.empty())
     return err;
@@ -163,6 +160,8 @@ std::string Supervisor::start(const SupervisorOptions& options, const Supervisor
   if (std::string err = hooks.attach(pending.pidns_ino, fuse.get()); !err.empty()) return err;
   fuse.reset();  // the daemon holds it now
   if (std::string err = s.boundary->finish(); !err.empty()) return err;
+  if (::access(options.init_binary.c_str(), X_OK) != 0)
+    return errno_text(options.init_binary + " (hidden by the boundary's mounts)");
   if (std::string err = release_tree(pending, s.exec_errno); !err.empty()) return err;
   s.channels->close_tree_ends();
   LOG_INFO("run", "tree started: init pid %d, %s", static_cast<int>(s.root),

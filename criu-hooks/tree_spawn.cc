@@ -22,8 +22,8 @@ namespace {
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 // The init's side of fork_tree, before it executes the init binary; never returns.
-[[noreturn]] void start_init(int init_fd, char* const* argv, const std::string& cwd, const TreeStdio& stdio,
-                             int go_fd, int exec_error_fd) {
+[[noreturn]] void start_init(const std::string& init_binary, char* const* argv, const std::string& cwd,
+                             const TreeStdio& stdio, int go_fd, int exec_error_fd) {
   char go = 0;
   // The caller writes one byte once it has reaped the intermediate process that created these namespaces and made
   // the tree's mounts: from then on the caller is this process's parent, and the parent-death signal (kept across
@@ -42,17 +42,13 @@ std::string errno_text(const std::string& what) { return what + ": " + std::stre
     ::_exit(125);
   }
   // Out of the way first, so that no dup2 below overwrites a source it still needs.
-  const int moved[5] = {::fcntl(stdio.in, F_DUPFD_CLOEXEC, 10), ::fcntl(stdio.out, F_DUPFD_CLOEXEC, 10),
-                        ::fcntl(stdio.err, F_DUPFD_CLOEXEC, 10), ::fcntl(exec_error_fd, F_DUPFD_CLOEXEC, 10),
-                        ::fcntl(init_fd, F_DUPFD_CLOEXEC, 10)};
-  for (int target = 0; target < 5; ++target) {
+  const int moved[4] = {::fcntl(stdio.in, F_DUPFD_CLOEXEC, 10), ::fcntl(stdio.out, F_DUPFD_CLOEXEC, 10),
+                        ::fcntl(stdio.err, F_DUPFD_CLOEXEC, 10), ::fcntl(exec_error_fd, F_DUPFD_CLOEXEC, 10)};
+  for (int target = 0; target < 4; ++target) {
     if (moved[target] < 0 || ::dup2(moved[target], target) < 0) ::_exit(125);
   }
-  ::close_range(5, ~0u, 0);
-  // The init is executed through the descriptor opened before the boundary's mounts, which may hide its path
-  // (a build directory under /tmp). Close-on-exec: the init is an ELF program, so the kernel needs no path to it.
-  if (::fcntl(4, F_SETFD, FD_CLOEXEC) != 0) ::_exit(125);
-  ::execveat(4, "", argv, environ, AT_EMPTY_PATH);
+  ::close_range(4, ~0u, 0);
+  ::execv(init_binary.c_str(), argv);
   const int e = errno;
   [[maybe_unused]] const ssize_t w = ::write(3, &e, sizeof e);
   ::_exit(125);
@@ -67,10 +63,9 @@ std::uint64_t pid_namespace_of(pid_t pid) {
   return static_cast<std::uint64_t>(st.st_ino);
 }
 
-std::string fork_tree(const std::string& init_binary, int init_fd, const std::vector<std::string>& argv,
-                      const std::string& cwd, const TreeStdio& stdio, PendingTree& out) {
+std::string fork_tree(const std::string& init_binary, const std::vector<std::string>& argv, const std::string& cwd,
+                      const TreeStdio& stdio, PendingTree& out) {
   BFT_ASSERT(!argv.empty());
-  BFT_ASSERT(init_fd >= 0);
   std::vector<char*> cargv;
   cargv.push_back(const_cast<char*>(init_binary.c_str()));
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
@@ -96,7 +91,7 @@ std::string fork_tree(const std::string& init_binary, int init_fd, const std::ve
       pid_r.reset();
       pid_w.reset();
       err_r.reset();
-      start_init(init_fd, cargv.data(), cwd, stdio, go_r.get(), err_w.get());
+      start_init(init_binary, cargv.data(), cwd, stdio, go_r.get(), err_w.get());
     }
     const pid_t report = child > 0 ? child : -errno;
     [[maybe_unused]] const ssize_t w = ::write(pid_w.get(), &report, sizeof report);

@@ -35,11 +35,10 @@ struct PendingTree {
 // Forks the tree's init in new pid and IPC namespaces: a session leader without a controlling terminal, with the
 // caller's capabilities (CRIU's dump needs CAP_SYS_ADMIN in every task: tree_spawn.cc says why), with `stdio` as
 // fds 0-2, dying with the caller (PR_SET_PDEATHSIG). It waits for release_tree(), then enters
-// `cwd` (resolved then, after the caller's mounts) and executes the init (criu-hooks/tree_init_main.cc, a small
-// static program: every task of the tree adds to the cost of each dump) through `init_fd` (opened, O_PATH is
-// enough, before mounts that may hide `init_binary`; the path is only its argv[0]), which runs `argv` (argv[0]
-// looked up in PATH). The caller must be a child subreaper (the init is reparented to it) and block SIGCHLD.
-[[nodiscard]] std::string fork_tree(const std::string& init_binary, int init_fd, const std::vector<std::string>& argv,
+// `cwd` (resolved then, after the caller's mounts) and executes `init_binary` (criu-hooks/tree_init_main.cc, a
+// small static program: every task of the tree adds to the cost of each dump), which runs `argv` (argv[0] looked
+// up in PATH). The caller must be a child subreaper (the init is reparented to it) and block SIGCHLD.
+[[nodiscard]] std::string fork_tree(const std::string& init_binary, const std::vector<std::string>& argv,
                                     const std::string& cwd, const TreeStdio& stdio, PendingTree& out);
 
 // Starts a forked init. Sets `exec_errno` to the errno of a failed exec of the init or of the command (the tree
