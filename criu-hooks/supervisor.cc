@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/sendfile.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -31,6 +32,10 @@ constexpr std::size_t kInputBacklogMax = 1 << 20;
 // Held output beyond this stops the reading of the tree's output: its writes block until commits free room.
 constexpr std::size_t kHeldOutputMax = 64u << 20;
 constexpr const char* kCriuConfig = "/run/bftfs-criu.conf";  // on the boundary's /run tmpfs
+// The tree's init, copied onto the boundary's /run tmpfs: its own path may be hidden by the boundary's mounts
+// (a build directory under /tmp), and what the init executes must lie on a mount of the tree's namespace, where
+// CRIU finds it when it dumps the init's executable mapping.
+constexpr const char* kInitCopy = "/run/bftfs-run-init";
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -68,6 +73,21 @@ std::string write_criu_config(const char* path) {
   const std::string text = "file-validation filesize\n";
   if (::write(conf.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
     return errno_text(std::string("write ") + path);
+  return "";
+}
+
+// Copies the open file `from` to a new executable file `path`.
+std::string copy_executable(int from, const char* path) {
+  struct stat st{};
+  if (::fstat(from, &st) != 0) return errno_text("stat the tree's init");
+  UniqueFd to(::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755));
+  if (!to.valid()) return errno_text(std::string("create ") + path);
+  off_t offset = 0;
+  while (offset < st.st_size) {
+    const ssize_t n = ::sendfile(to.get(), from, &offset, static_cast<std::size_t>(st.st_size - offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return errno_text(std::string("copy the tree's init to ") + path);
+  }
   return "";
 }
 
@@ -133,6 +153,9 @@ std::string Supervisor::start(const SupervisorOptions& options, const Supervisor
   s.signal_fd.reset(::signalfd(-1, &s.handled, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!s.signal_fd.valid()) return errno_text("signalfd");
   if (::access(options.init_binary.c_str(), X_OK) != 0) return errno_text(options.init_binary);
+  // Opened now and copied below, once the boundary's /run exists (kInitCopy says why).
+  const UniqueFd init_fd(::open(options.init_binary.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!init_fd.valid()) return errno_text(options.init_binary);
 
   // The pty comes from the host's /dev/pts, before anything changes.
   if (std::string err = TreeChannels::create(options.pty, options.terminal_input, STDOUT_FILENO, s.channels);
@@ -143,12 +166,13 @@ std::string Supervisor::start(const SupervisorOptions& options, const Supervisor
   }
   if (std::string err = Boundary::enter(options.boundary, s.boundary); !err.empty()) return err;
   if (std::string err = write_criu_config(kCriuConfig); !err.empty()) return err;
+  if (std::string err = copy_executable(init_fd.get(), kInitCopy); !err.empty()) return err;
   s.criu = std::make_unique<CriuService>(options.criu_binary, kCriuConfig);
 
   // The init exists (its pid namespace named in ATTACH) before the spec session is mounted, because nothing can
   // reach the session before the daemon serves it; the init starts only once the mounts below are in place.
   PendingTree pending;
-  if (std::string err = fork_tree(options.init_binary, options.argv, options.boundary.cwd,
+  if (std::string err = fork_tree(kInitCopy, options.argv, options.boundary.cwd,
                                   s.channels->tree_stdio(), pending);
       !err.empty())
     return err;
@@ -160,8 +184,6 @@ std::string Supervisor::start(const SupervisorOptions& options, const Supervisor
   if (std::string err = hooks.attach(pending.pidns_ino, fuse.get()); !err.empty()) return err;
   fuse.reset();  // the daemon holds it now
   if (std::string err = s.boundary->finish(); !err.empty()) return err;
-  if (::access(options.init_binary.c_str(), X_OK) != 0)
-    return errno_text(options.init_binary + " (hidden by the boundary's mounts)");
   if (std::string err = release_tree(pending, s.exec_errno); !err.empty()) return err;
   s.channels->close_tree_ends();
   LOG_INFO("run", "tree started: init pid %d, %s", static_cast<int>(s.root),
