@@ -191,9 +191,8 @@ TEST_CASE("write-behind: a writer whose staged request is full waits while the l
   std::thread writer([&] { staged = fx.stage(fx.a, write_op(false, 2 * fs::kIoBytesMax, "more")) ? 1 : 0; });
   // Another file's writer stages at once: its piece fits a staged request of its own.
   REQUIRE(fx.stage(fx.b, write_op(false, 0, "small")));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(eventually([&] { return fx.counters.write_behind_waits == 1; }));  // the writer waits for room
   CHECK(staged == -1);  // still waiting for room
-  CHECK(fx.counters.write_behind_waits == 1);
   fx.wb.finished();  // the first request is final: the held one goes, then the piece stages
   writer.join();
   CHECK(staged == 1);
@@ -215,7 +214,7 @@ TEST_CASE("write-behind: a writer waiting for room stops at its interrupt, with 
   std::thread writer([&] {
     staged = fx.wb.stage(fx.a, write_op(false, 0, "x"), 0, [&] { return interrupted.load(); }) ? 1 : 0;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(eventually([&] { return fx.counters.write_behind_waits == 1; }));  // it waits for room
   interrupted = true;
   fx.wb.wake_waiters();
   writer.join();
