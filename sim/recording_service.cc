@@ -11,34 +11,11 @@ namespace bftfs::sim {
 
 // ---- ExecutionProbe ----
 
-ExecutionProbe::ExecutionProbe(Service& inner) : inner_(inner) {}
+ExecutionProbe::ExecutionProbe(Service& inner) : ForwardingService(inner) {}
 
 Bytes ExecutionProbe::execute(const ExecContext& ctx, std::span<const std::uint8_t> op) {
   ++executions_;
   return inner_.execute(ctx, op);
-}
-bool ExecutionProbe::execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) {
-  return inner_.execute_read_only(client, op, result);
-}
-void ExecutionProbe::commit_through(std::uint64_t seq) { inner_.commit_through(seq); }
-void ExecutionProbe::rollback_to(std::uint64_t seq) { inner_.rollback_to(seq); }
-CheckpointId ExecutionProbe::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
-  return inner_.checkpoint(seq, engine_state);
-}
-void ExecutionProbe::discard_checkpoints_below(std::uint64_t seq) { inner_.discard_checkpoints_below(seq); }
-CheckpointId ExecutionProbe::recovered_checkpoint() const { return inner_.recovered_checkpoint(); }
-Bytes ExecutionProbe::recovered_engine_state() const { return inner_.recovered_engine_state(); }
-std::uint64_t ExecutionProbe::partition_count() const { return inner_.partition_count(); }
-const PartitionTree& ExecutionProbe::checkpoint_tree(std::uint64_t seq) const { return inner_.checkpoint_tree(seq); }
-Bytes ExecutionProbe::read_partition(std::uint64_t seq, std::uint64_t index) const {
-  return inner_.read_partition(seq, index);
-}
-void ExecutionProbe::begin_install(std::uint64_t target_seq) { inner_.begin_install(target_seq); }
-void ExecutionProbe::install_partition(std::uint64_t index, std::span<const std::uint8_t> data) {
-  inner_.install_partition(index, data);
-}
-CheckpointId ExecutionProbe::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
-  return inner_.finish_install(target_seq, engine_state);
 }
 
 // ---- RecordingService ----

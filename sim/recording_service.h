@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/forwarding_service.h"
 #include "protocol/service.h"
 #include "shim/envelope.h"
 
@@ -63,31 +64,17 @@ inline constexpr std::size_t kRecordedResultBytesMax = 64;
 
 // A pass-through Service that counts executions: placed under the shim, it tells whether the shim let an
 // operation reach the inner service.
-class ExecutionProbe final : public Service {
+class ExecutionProbe final : public ForwardingService {
  public:
   // `inner` must outlive this object.
   explicit ExecutionProbe(Service& inner);
 
   // Service interface: forwards to `inner`.
   Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) override;
-  bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override;
-  void commit_through(std::uint64_t seq) override;
-  void rollback_to(std::uint64_t seq) override;
-  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
-  void discard_checkpoints_below(std::uint64_t seq) override;
-  CheckpointId recovered_checkpoint() const override;
-  Bytes recovered_engine_state() const override;
-  std::uint64_t partition_count() const override;
-  const PartitionTree& checkpoint_tree(std::uint64_t seq) const override;
-  Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override;
-  void begin_install(std::uint64_t target_seq) override;
-  void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
-  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state = {}) override;
 
   std::uint64_t executions() const { return executions_; }  // execute() calls so far
 
  private:
-  Service& inner_;
   std::uint64_t executions_ = 0;
 };
 

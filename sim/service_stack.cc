@@ -61,29 +61,6 @@ Bytes strip_epoch_entries(std::span<const std::uint8_t> op) {
 Bytes OpRewriter::execute(const ExecContext& ctx, std::span<const std::uint8_t> op) {
   return inner_.execute(ctx, rewrite_(op));
 }
-bool OpRewriter::execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) {
-  return inner_.execute_read_only(client, op, result);
-}
-void OpRewriter::commit_through(std::uint64_t seq) { inner_.commit_through(seq); }
-void OpRewriter::rollback_to(std::uint64_t seq) { inner_.rollback_to(seq); }
-CheckpointId OpRewriter::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
-  return inner_.checkpoint(seq, engine_state);
-}
-void OpRewriter::discard_checkpoints_below(std::uint64_t seq) { inner_.discard_checkpoints_below(seq); }
-CheckpointId OpRewriter::recovered_checkpoint() const { return inner_.recovered_checkpoint(); }
-Bytes OpRewriter::recovered_engine_state() const { return inner_.recovered_engine_state(); }
-std::uint64_t OpRewriter::partition_count() const { return inner_.partition_count(); }
-const PartitionTree& OpRewriter::checkpoint_tree(std::uint64_t seq) const { return inner_.checkpoint_tree(seq); }
-Bytes OpRewriter::read_partition(std::uint64_t seq, std::uint64_t index) const {
-  return inner_.read_partition(seq, index);
-}
-void OpRewriter::begin_install(std::uint64_t target_seq) { inner_.begin_install(target_seq); }
-void OpRewriter::install_partition(std::uint64_t index, std::span<const std::uint8_t> data) {
-  inner_.install_partition(index, data);
-}
-CheckpointId OpRewriter::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
-  return inner_.finish_install(target_seq, engine_state);
-}
 
 SimStack::SimStack(const SimStackOptions& options, MemorySnapshotStore& store) {
   switch (options.service) {

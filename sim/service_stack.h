@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 
+#include "protocol/forwarding_service.h"
 #include "protocol/service.h"
 #include "services/counter_service.h"
 #include "services/fs/fs_service.h"
@@ -30,28 +31,14 @@ const char* to_string(ServiceKind k);
 
 // The simulator's sabotage (tests of the simulator only): a Service decorator that rewrites each ordered op
 // before the service below it sees it, as a faulty replica would; every other call forwards.
-class OpRewriter final : public Service {
+class OpRewriter final : public ForwardingService {
  public:
   using Rewrite = std::function<Bytes(std::span<const std::uint8_t> op)>;
   // `inner` must outlive this object; `rewrite` returns the op `inner` executes instead of `op`.
-  OpRewriter(Service& inner, Rewrite rewrite) : inner_(inner), rewrite_(std::move(rewrite)) {}
+  OpRewriter(Service& inner, Rewrite rewrite) : ForwardingService(inner), rewrite_(std::move(rewrite)) {}
   Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) override;
-  bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override;
-  void commit_through(std::uint64_t seq) override;
-  void rollback_to(std::uint64_t seq) override;
-  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
-  void discard_checkpoints_below(std::uint64_t seq) override;
-  CheckpointId recovered_checkpoint() const override;
-  Bytes recovered_engine_state() const override;
-  std::uint64_t partition_count() const override;
-  const PartitionTree& checkpoint_tree(std::uint64_t seq) const override;
-  Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override;
-  void begin_install(std::uint64_t target_seq) override;
-  void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
-  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state = {}) override;
 
  private:
-  Service& inner_;
   Rewrite rewrite_;
 };
 

@@ -94,29 +94,6 @@ Bytes StreamOpAudit::execute(const ExecContext& ctx, std::span<const std::uint8_
   return result;
 }
 
-bool StreamOpAudit::execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) {
-  return inner_.execute_read_only(client, op, result);
-}
-void StreamOpAudit::commit_through(std::uint64_t seq) { inner_.commit_through(seq); }
-void StreamOpAudit::rollback_to(std::uint64_t seq) { inner_.rollback_to(seq); }
-CheckpointId StreamOpAudit::checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) {
-  return inner_.checkpoint(seq, engine_state);
-}
-void StreamOpAudit::discard_checkpoints_below(std::uint64_t seq) { inner_.discard_checkpoints_below(seq); }
-CheckpointId StreamOpAudit::recovered_checkpoint() const { return inner_.recovered_checkpoint(); }
-Bytes StreamOpAudit::recovered_engine_state() const { return inner_.recovered_engine_state(); }
-std::uint64_t StreamOpAudit::partition_count() const { return inner_.partition_count(); }
-const PartitionTree& StreamOpAudit::checkpoint_tree(std::uint64_t seq) const { return inner_.checkpoint_tree(seq); }
-Bytes StreamOpAudit::read_partition(std::uint64_t seq, std::uint64_t index) const {
-  return inner_.read_partition(seq, index);
-}
-void StreamOpAudit::begin_install(std::uint64_t target_seq) { inner_.begin_install(target_seq); }
-void StreamOpAudit::install_partition(std::uint64_t index, std::span<const std::uint8_t> data) {
-  inner_.install_partition(index, data);
-}
-CheckpointId StreamOpAudit::finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state) {
-  return inner_.finish_install(target_seq, engine_state);
-}
 
 // ---- EpochReplay (properties 11 and 13) ----
 

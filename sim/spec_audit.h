@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/forwarding_service.h"
 #include "protocol/service.h"
 #include "services/fs/fs_codec.h"
 #include "services/fs/fs_service.h"
@@ -54,33 +55,19 @@ struct SpecAuditStats {
 
 // Property 12 at one replica: a pass-through Service over the file service that digests its objects around every
 // execution of a request holding STAGE or EPOCH. Every other call forwards.
-class StreamOpAudit final : public Service {
+class StreamOpAudit final : public ForwardingService {
  public:
   // `inner` is the service the calls go to (the file service, or a decorator of it); `fs` the file service
   // itself, whose objects are digested. Both must outlive this object.
-  StreamOpAudit(Service& inner, const fs::FsService& fs) : inner_(inner), fs_(fs) {}
+  StreamOpAudit(Service& inner, const fs::FsService& fs) : ForwardingService(inner), fs_(fs) {}
 
   Bytes execute(const ExecContext& ctx, std::span<const std::uint8_t> op) override;
-  bool execute_read_only(NodeId client, std::span<const std::uint8_t> op, Bytes& result) override;
-  void commit_through(std::uint64_t seq) override;
-  void rollback_to(std::uint64_t seq) override;
-  CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state = {}) override;
-  void discard_checkpoints_below(std::uint64_t seq) override;
-  CheckpointId recovered_checkpoint() const override;
-  Bytes recovered_engine_state() const override;
-  std::uint64_t partition_count() const override;
-  const PartitionTree& checkpoint_tree(std::uint64_t seq) const override;
-  Bytes read_partition(std::uint64_t seq, std::uint64_t index) const override;
-  void begin_install(std::uint64_t target_seq) override;
-  void install_partition(std::uint64_t index, std::span<const std::uint8_t> data) override;
-  CheckpointId finish_install(std::uint64_t target_seq, std::span<const std::uint8_t> engine_state = {}) override;
 
   // The first breach of property 12 ("" if none).
   const std::string& violation() const { return violation_; }
   std::uint64_t audited() const { return audited_; }  // STAGE and EPOCH executions digested
 
  private:
-  Service& inner_;
   const fs::FsService& fs_;
   std::string violation_;
   std::uint64_t audited_ = 0;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 
+#include "protocol/forwarding_service.h"
 #include "services/fs/fs_service.h"
 #include "sim/simulator.h"
 #include "sim/spec_audit.h"
@@ -20,9 +21,9 @@ using bftfs::sim::SimResult;
 
 // A file service that also makes a directory whenever it executes an EPOCH, whatever the verdict: what a service
 // that leaks part of a failed batch would do.
-class LeakyEpochs final : public bftfs::Service {
+class LeakyEpochs final : public bftfs::ForwardingService {
  public:
-  explicit LeakyEpochs(fstest::FsService& fs) : fs_(fs) {}
+  explicit LeakyEpochs(fstest::FsService& fs) : ForwardingService(fs), fs_(fs) {}
   bftfs::Bytes execute(const bftfs::ExecContext& ctx, std::span<const std::uint8_t> op) override {
     bftfs::Bytes result = fs_.execute(ctx, op);
     fstest::Request r;
@@ -30,27 +31,6 @@ class LeakyEpochs final : public bftfs::Service {
       (void)fs_.execute(ctx, fstest::encode_request(fstest::Request{{fstest::mkdir(fstest::kRoot, "leak")}}));
     }
     return result;
-  }
-  bool execute_read_only(bftfs::NodeId c, std::span<const std::uint8_t> op, bftfs::Bytes& out) override {
-    return fs_.execute_read_only(c, op, out);
-  }
-  void commit_through(std::uint64_t seq) override { fs_.commit_through(seq); }
-  void rollback_to(std::uint64_t seq) override { fs_.rollback_to(seq); }
-  bftfs::CheckpointId checkpoint(std::uint64_t seq, std::span<const std::uint8_t> engine_state) override {
-    return fs_.checkpoint(seq, engine_state);
-  }
-  void discard_checkpoints_below(std::uint64_t seq) override { fs_.discard_checkpoints_below(seq); }
-  bftfs::CheckpointId recovered_checkpoint() const override { return fs_.recovered_checkpoint(); }
-  bftfs::Bytes recovered_engine_state() const override { return fs_.recovered_engine_state(); }
-  std::uint64_t partition_count() const override { return fs_.partition_count(); }
-  const bftfs::PartitionTree& checkpoint_tree(std::uint64_t seq) const override { return fs_.checkpoint_tree(seq); }
-  bftfs::Bytes read_partition(std::uint64_t seq, std::uint64_t i) const override {
-    return fs_.read_partition(seq, i);
-  }
-  void begin_install(std::uint64_t seq) override { fs_.begin_install(seq); }
-  void install_partition(std::uint64_t i, std::span<const std::uint8_t> d) override { fs_.install_partition(i, d); }
-  bftfs::CheckpointId finish_install(std::uint64_t seq, std::span<const std::uint8_t> engine_state) override {
-    return fs_.finish_install(seq, engine_state);
   }
 
  private:
