@@ -101,6 +101,7 @@ void ControlOutbox::close() {
   std::lock_guard lock(mu_);
   closed_ = true;
   queued_.clear();
+  wake_.reset();  // sinks may live on for long; they need no descriptor to drop events
 }
 
 // ---- ControlConnection: life ----
