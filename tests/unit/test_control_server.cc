@@ -555,3 +555,31 @@ TEST_CASE("control server: destroying it ends every connection, interrupts a blo
   busy.reset();
   CHECK(open_fds() == fds_before);
 }
+
+TEST_CASE("control server: a supervisor that exits ends its session; the server serves the next run",
+          "[client][control]") {
+  TempDir dir;
+  Record rec;
+  std::unique_ptr<ControlServer> server;
+  REQUIRE(ControlServer::start(dir.sock(), factory_for(rec), server).empty());
+  {
+    auto c = connect_client(dir.sock());
+    hello(*c);
+    EventSink sink;
+    {
+      std::lock_guard lock(rec.mu);
+      sink = rec.sink;
+    }
+    // Events still flowing while it goes away (a normal end of a run).
+    std::thread producer([sink] {
+      for (int i = 0; i < 10000; i++) sink(sp::Waits{1, 2, 3});
+    });
+    c.reset();
+    producer.join();
+  }
+  CHECK(eventually([&] { return rec.destroyed.load() == 1 && server->live() == 0; }));
+  auto next = connect_client(dir.sock());
+  hello(*next);
+  CHECK(rec.made.load() == 2);
+  CHECK(server->accepted() == 2);
+}
