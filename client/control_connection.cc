@@ -101,6 +101,7 @@ void ControlOutbox::close() {
   std::lock_guard lock(mu_);
   closed_ = true;
   queued_.clear();
+  wake_.reset();  // sinks may live on for long; they need no descriptor to drop events
 }
 
 // ---- ControlConnection: life ----
@@ -183,10 +184,10 @@ std::string ControlConnection::serve() {
       outbox_->take(out_);
     }
     if (std::string err = flush(); !err.empty()) return err;
-    if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+    if (!peer_closed_ && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
       if (std::string err = read_some(); !err.empty()) return err;
-      if (peer_closed_) return "";  // the supervisor exited or closed: the normal end of a run
     }
+    if (peer_closed_) return "";  // the supervisor exited or closed: the normal end of a run
     if (mono_ms() >= next_tick) {
       session_->tick();
       next_tick = mono_ms() + kControlTickMs;
@@ -194,12 +195,17 @@ std::string ControlConnection::serve() {
   }
 }
 
-// Writes what the socket takes now, without waiting. Returns "" or why the connection is unusable.
+// Writes what the socket takes now, without waiting. Returns "" (and sets peer_closed_ when the supervisor is
+// gone: it exited with events still on their way, the normal end of a run) or why the connection is unusable.
 std::string ControlConnection::flush() {
-  while (out_pos_ < out_.size()) {
+  while (!peer_closed_ && out_pos_ < out_.size()) {
     const ssize_t n = ::send(sock_.get(), out_.data() + out_pos_, out_.size() - out_pos_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return "";
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      peer_closed_ = true;
+      return "";
+    }
     if (n < 0) return errno_text("write to the supervisor");
     out_pos_ += static_cast<std::size_t>(n);
   }
@@ -243,9 +249,9 @@ std::string ControlConnection::read_some() {
   return dispatch_frames();
 }
 
-// Runs every complete frame in the splitter, in order.
+// Runs every complete frame in the splitter, in order, while the supervisor is there to read the replies.
 std::string ControlConnection::dispatch_frames() {
-  for (;;) {
+  while (!peer_closed_) {
     Bytes body;
     spec::ControlWireError why = spec::ControlWireError::kOk;
     const auto step = splitter_.next(body, why);

@@ -23,7 +23,7 @@ namespace bftfs::client {
 // socket; they append and wake the connection's thread through an eventfd.
 class ControlOutbox {
  public:
-  // Precondition (asserted): the eventfd could be made (make() returns nullptr otherwise).
+  // Returns nullptr (errno set) when no eventfd can be made.
   static std::shared_ptr<ControlOutbox> make();
 
   // Any thread. Queues `m` (an event: asserted) unless the outbox is closed or full; the first push that would
@@ -34,7 +34,7 @@ class ControlOutbox {
   // True once a push found the outbox full (that push and every later one were dropped).
   bool overflowed();
   std::size_t queued_bytes();
-  // The connection's thread, at its end: every later push is dropped.
+  // The connection's thread, at its end (it polls wake_fd() no more): every later push is dropped.
   void close();
   // Readable while frames are queued (or the outbox overflowed).
   int wake_fd() const { return wake_.get(); }
@@ -42,8 +42,8 @@ class ControlOutbox {
  private:
   explicit ControlOutbox(UniqueFd wake) : wake_(std::move(wake)) {}
 
-  UniqueFd wake_;
   std::mutex mu_;
+  UniqueFd wake_;  // written under mu_; closed by close()
   Bytes queued_;  // guarded by mu_
   bool closed_ = false;    // guarded by mu_
   bool overflow_ = false;  // guarded by mu_

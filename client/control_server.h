@@ -51,8 +51,9 @@ class ControlSession {
   // always HELLO (the server closes a connection that starts otherwise); everything after it is the session's
   // to judge. A reply should be the one §9 pairs with the request, or FATAL.
   virtual std::optional<spec::DaemonMsg> handle(const spec::SupervisorMsg& m, UniqueFd fuse) = 0;
-  // Every kControlTickMs on the connection's thread, between requests (the session sends WAITS from here). Ticks
-  // are not made up: after a long handle() the next tick comes at most one period later, once.
+  // Every kControlTickMs on the connection's thread, between requests, from the connection's start (also before
+  // HELLO: the session decides when WAITS make sense). Ticks are not made up: after a long handle() one tick
+  // comes at once, the next a period later.
   virtual void tick() = 0;
   // Called once by ~ControlServer from its own thread, possibly while handle() blocks on the connection's
   // thread: make a blocked handle() return soon (the server then destroys the session on the connection's

@@ -4,6 +4,7 @@
 // descriptor only with ATTACH, frames that decode), the socket file's life, and the shutdown.
 #include <catch2/catch.hpp>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -200,6 +201,36 @@ bool closed_by_daemon(int sock) {
 
 Bytes frame_of(const sp::SupervisorMsg& m) { return sp::encode_control_frame(m); }
 
+// The descriptors this process has open.
+int open_fds() {
+  DIR* d = ::opendir("/proc/self/fd");
+  REQUIRE(d != nullptr);
+  int n = 0;
+  while (::readdir(d) != nullptr) n++;
+  ::closedir(d);
+  return n;
+}
+
+// The next frame the daemon sends on a raw connection, decoded (waiting up to 10 s for it).
+std::optional<sp::DaemonMsg> read_frame(int sock, sp::ControlFrameSplitter& splitter) {
+  for (int i = 0; i < 100; i++) {
+    Bytes body;
+    sp::ControlWireError why = sp::ControlWireError::kOk;
+    if (splitter.next(body, why) == sp::ControlFrameSplitter::Step::kFrame) {
+      sp::DaemonMsg m;
+      if (sp::decode_daemon_body(body, m) != sp::ControlWireError::kOk) return std::nullopt;
+      return m;
+    }
+    pollfd p{sock, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    std::uint8_t buf[4096];
+    const ssize_t n = ::recv(sock, buf, sizeof buf, 0);
+    if (n <= 0) return std::nullopt;
+    splitter.append(std::span<const std::uint8_t>(buf, static_cast<std::size_t>(n)));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 TEST_CASE("control server: HELLO and ATTACH are answered; ATTACH's descriptor arrives usable", "[client][control]") {
@@ -233,6 +264,64 @@ TEST_CASE("control server: HELLO and ATTACH are answered; ATTACH's descriptor ar
   CHECK(rec.seen() == std::vector{sp::ControlType::kHello, sp::ControlType::kAttach, sp::ControlType::kAttach});
   std::lock_guard lock(rec.mu);
   CHECK(rec.fd_valid == std::vector{false, true, false});
+}
+
+TEST_CASE("control server: a descriptor belongs to the frame whose first byte it came with, however the bytes "
+          "arrive", "[client][control]") {
+  TempDir dir;
+  Record rec;
+  std::unique_ptr<ControlServer> server;
+  REQUIRE(ControlServer::start(dir.sock(), factory_for(rec), server).empty());
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  UniqueFd r(p[0]), w(p[1]);
+  UniqueFd s = connect_raw(dir.sock());
+  sp::ControlFrameSplitter splitter;
+  const Bytes attach = frame_of(sp::Attach{5, true, 16});
+  SECTION("HELLO and ATTACH back to back (the daemon may read both at once)") {
+    send_with_fds(s.get(), frame_of(sp::Hello{}), {});
+    send_with_fds(s.get(), attach, {w.get()});
+  }
+  SECTION("ATTACH in two pieces, the descriptor with the first") {
+    send_with_fds(s.get(), frame_of(sp::Hello{}), {});
+    REQUIRE(eventually([&] { return rec.seen().size() == 1; }));
+    send_with_fds(s.get(), Bytes(attach.begin(), attach.begin() + 3), {w.get()});
+    // Whether the daemon reads the pieces apart or together, the descriptor is ATTACH's; the pause makes "apart"
+    // the likely case, which is the one worth exercising.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    send_with_fds(s.get(), Bytes(attach.begin() + 3, attach.end()), {});
+  }
+  const auto hello_ok = read_frame(s.get(), splitter);
+  REQUIRE(hello_ok.has_value());
+  CHECK(std::holds_alternative<sp::HelloOk>(*hello_ok));
+  const auto attached = read_frame(s.get(), splitter);
+  REQUIRE(attached.has_value());
+  CHECK(std::holds_alternative<sp::Attached>(*attached));
+  std::lock_guard lock(rec.mu);
+  CHECK(rec.fd_valid == std::vector{false, true});
+  CHECK(rec.attached.valid());
+}
+
+TEST_CASE("control server: a descriptor that came with the middle of a frame closes the connection",
+          "[client][control]") {
+  TempDir dir;
+  Record rec;
+  std::unique_ptr<ControlServer> server;
+  REQUIRE(ControlServer::start(dir.sock(), factory_for(rec), server).empty());
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  UniqueFd r(p[0]), w(p[1]);
+  UniqueFd s = connect_raw(dir.sock());
+  // HELLO and ATTACH's first 3 bytes in one message: once HELLO was handled, those 3 bytes were read too.
+  const Bytes attach = frame_of(sp::Attach{5, true, 16});
+  Bytes first = frame_of(sp::Hello{});
+  first.insert(first.end(), attach.begin(), attach.begin() + 3);
+  send_with_fds(s.get(), first, {});
+  REQUIRE(eventually([&] { return rec.seen().size() == 1; }));
+  send_with_fds(s.get(), Bytes(attach.begin() + 3, attach.end()), {w.get()});
+  CHECK(closed_by_daemon(s.get()));
+  CHECK(eventually([&] { return rec.destroyed.load() == 1; }));
+  CHECK(rec.seen() == std::vector{sp::ControlType::kHello});
 }
 
 TEST_CASE("control server: ABORT and FINISH have no reply; the next request's reply is the next frame",
@@ -435,6 +524,7 @@ TEST_CASE("control server: destroying it ends every connection, interrupts a blo
   TempDir dir;
   Record rec;
   rec.block_prepare = true;
+  const int fds_before = open_fds();
   std::unique_ptr<ControlServer> server;
   REQUIRE(ControlServer::start(dir.sock(), factory_for(rec), server).empty());
   auto idle = connect_client(dir.sock());
@@ -460,4 +550,36 @@ TEST_CASE("control server: destroying it ends every connection, interrupts a blo
   CHECK(eventually([&] { return !idle->read_events().empty(); }));
   sp::DaemonMsg reply;
   CHECK_FALSE(busy->call(sp::StatsQuery{}, sp::ControlType::kStatsReply, reply).empty());
+  // The server left no descriptor behind (listener, eventfds, connections), though `rec` keeps an EventSink.
+  idle.reset();
+  busy.reset();
+  CHECK(open_fds() == fds_before);
+}
+
+TEST_CASE("control server: a supervisor that exits ends its session; the server serves the next run",
+          "[client][control]") {
+  TempDir dir;
+  Record rec;
+  std::unique_ptr<ControlServer> server;
+  REQUIRE(ControlServer::start(dir.sock(), factory_for(rec), server).empty());
+  {
+    auto c = connect_client(dir.sock());
+    hello(*c);
+    EventSink sink;
+    {
+      std::lock_guard lock(rec.mu);
+      sink = rec.sink;
+    }
+    // Events still flowing while it goes away (a normal end of a run).
+    std::thread producer([sink] {
+      for (int i = 0; i < 10000; i++) sink(sp::Waits{1, 2, 3});
+    });
+    c.reset();
+    producer.join();
+  }
+  CHECK(eventually([&] { return rec.destroyed.load() == 1 && server->live() == 0; }));
+  auto next = connect_client(dir.sock());
+  hello(*next);
+  CHECK(rec.made.load() == 2);
+  CHECK(server->accepted() == 2);
 }
