@@ -64,7 +64,7 @@ help:
 	@echo "  make demo          install deps, build, mount bftfs on 4 replicas and on NO-REP, Andrew on each, side by side"
 	@echo "  make demo-counter  the replication engine alone: counter on PBFT, PBFT-CS and NO-REP, side by side"
 	@echo "  make test          install deps, build, run unit tests, simulation (SEEDS=$(SEEDS)), integration tests"
-	@echo "  make deps          install Debian/Python packages, CRIU 4.1.1, Lua 5.4's source for bench-fs (idempotent)"
+	@echo "  make deps          install Debian/Python packages, CRIU 4.1.1, Lua 5.4's source and httpd 2.4's tarball for the benchmarks (idempotent)"
 	@echo "  make               configure and build into $(BUILD)/ (SANITIZE=1 for build-asan/)"
 	@echo "  make unit | sim | integration   one test stage (sim: SEEDS=N, SIM_ARGS=...)"
 	@echo "  make fuzz          libFuzzer targets (FUZZ_RUNS=N)"
