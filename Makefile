@@ -56,7 +56,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write bench-stress bench-fsync-floor posix-external \
+        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write bench-stress bench-fsync-floor bench-spec-run posix-external \
         clean help
 
 help:
@@ -76,6 +76,7 @@ help:
 	@echo "  make bench-fs-recovery  fs disk store: wiped replica rejoin, corrupt block repair, crash of all"
 	@echo "  make bench-large-write  one large dd through the mount: time, memory, view changes (64 MiB-1 GiB)"
 	@echo "  make bench-stress  overload: O_APPEND records, mmap writes, create/rename storm; stat waits, view changes, drain"
+	@echo "  make bench-spec-run  bftfs run: Lua build at primary-local 15 ms (plain, speculating, 1% lies), LAN build, httpd untar"
 	@echo "  make bench-fsync-floor  the disk's durable-write latency, 1 and 4 writers: the floor under PBFT's latency"
 	@echo "  make posix-external  pjdfstest and fsx (cargo install) against a local bftfs mount"
 	@echo "  make clean         remove build directories"
@@ -160,6 +161,10 @@ bench-large-write: deps all
 # create/rename storm) against the same client on a local FUSE mount: bench-results/stress.json.
 bench-stress: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_stress.py
+
+# `bftfs run` end to end (docs/SPECULATION.md §15): bench-results/spec-run.json. Needs root and CRIU.
+bench-spec-run: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_spec_run.py
 
 # The disk's durable-write latency, alone and with four writers at once: the floor under PBFT's latency.
 bench-fsync-floor:

@@ -218,7 +218,8 @@ def epoch_of_output(trace: Sequence[TraceEvent], printed: float) -> int | None:
     non-speculative stretch after sealed epochs, the last epoch sealed before it; before any checkpoint, None
     (such output passes at once). The trace's seals: "checkpoint NEXT seals K" (K sealed by a dump, NEXT
     speculative from then on), "seal K nodump" (K sealed, not speculative from then on), "rollback J rerun R
-    speculative=S" (R runs from then on, speculative if S=1), "finish" (the root exited)."""
+    speculative=S" (R runs from then on, speculative if S=1), "finish" (the root exited). The tree resumes just before its checkpoint's trace line is
+written, so a line printed in between is taken for the epoch before: the check is weaker there, never wrong."""
     speculative = False
     last_sealed: int | None = None
     for ev in trace:
@@ -229,7 +230,9 @@ def epoch_of_output(trace: Sequence[TraceEvent], printed: float) -> int | None:
         elif ev.kind == "seal":
             speculative, last_sealed = False, ev.num(0)
         elif ev.kind == "rollback":
-            speculative = ev.field("speculative") == "1"
+            # FAILED(j) came first: every epoch before j committed, every later one is gone. Nothing older
+            # is left for the re-run's output to wait for.
+            speculative, last_sealed = ev.field("speculative") == "1", None
         elif ev.kind == "finish":
             speculative = False
     if speculative:
