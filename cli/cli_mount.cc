@@ -20,6 +20,7 @@
 #include "client/fuse_client.h"
 #include "client/local_backend.h"
 #include "client/relay_backend.h"
+#include "client/spec_run.h"
 #include "common/log.h"
 #include "storage/data_dir_lock.h"
 #include "storage/file_snapshot_store.h"
@@ -178,6 +179,20 @@ int run_mount(MountArgs& a) {
   } else {
     LOG_INFO("", "mount: serving %s (relay %s)", a.mountpoint.c_str(), a.relay.c_str());
     client::RelayBackend backend(a.relay);
+    // `bftfs run` on this mount (docs/SPECULATION.md §9): its supervisor connects here. Declared after the backend,
+    // so destroyed before it (a run's requests go through it). Root only: the runs mount over the mount point.
+    std::unique_ptr<client::ControlServer> control;
+    if (::geteuid() == 0) {
+      const client::MountOptions options = a.mount;
+      const std::string path = mount_lock_path(a.mountpoint) + ".ctl";
+      std::string err = client::ControlServer::start(
+          path,
+          [&backend, options](client::EventSink events) {
+            return std::make_unique<client::SpecRun>(backend, options, std::move(events));
+          },
+          control);
+      if (!err.empty()) LOG_WARN("", "mount: bftfs run will not speculate here: control socket %s: %s", path.c_str(), err.c_str());
+    }
     // With the relay or the replicas down, the writes left at unmount may wait long (a hard mount): then
     // `bftfs umount` returns without waiting for this daemon (nothing of a later mount depends on it).
     rc = fuse.serve(backend, [&mount_lock] { mount_lock.reset(); });

@@ -56,7 +56,7 @@ void FuseClient::Impl::write_direct(fuse_req_t req, FuseIno id, const fs::Handle
                                     std::uint64_t off, const OpenFile* of, bool append) {
   BFT_ASSERT(size <= kWriteOpsPerRequest * fs::kIoBytesMax);  // write() refused larger ones
   ++stats.direct_writes;
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   // Dirty pages of a shared mapping of this range become WRITEs before this one, so the direct write lands
   // over them and not under them (kernels since 6.6 do this themselves for FOPEN_DIRECT_IO; older ones not).
   if (!append && size > 0) invalidate_range(id, off, size);

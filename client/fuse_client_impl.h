@@ -64,6 +64,8 @@ inline constexpr fs::Handle kRootHandle = fs::Handle{false, 0, 1, 1};
 inline constexpr std::uint32_t kReadChunkBytes = fs::kIoBytesMax;
 // The directory at the root where open-unlinked files wait for their last close (never listed).
 inline const std::string kOrphanDir = ".bftfs-orphans";
+// The directory at the root that holds each `bftfs run`'s temporary directories (never listed either).
+inline const std::string kRunDir = ".bftfs-run";
 // The largest write() the kernel sends (conn->max_write) is this many 512 KiB WRITE ops, one request each.
 inline constexpr std::size_t kWriteOpsPerRequest = 2;
 inline const std::uint64_t kFileBytesMax = fs::FsOptions{}.file_bytes_max;
@@ -119,7 +121,9 @@ struct CallResult {
 class InterruptScope {
  public:
   // `stopping`: the daemon's stop flag (SIGTERM): a stopping daemon ends every wait as if interrupted.
-  InterruptScope(fuse_req_t req, NodeTable& table, const std::atomic<bool>& stopping);
+  // `ignore`: FUSE interrupts are not registered at all (the spec session: every request gets its normal answer,
+  // so that a task frozen by a checkpoint inside a request freezes just after it, docs/SPECULATION.md §6.1).
+  InterruptScope(fuse_req_t req, NodeTable& table, const std::atomic<bool>& stopping, bool ignore = false);
   ~InterruptScope() { end(); }
   // Unregisters (idempotent). After it returns the callback is not running and will not run.
   void end();
@@ -137,6 +141,7 @@ class InterruptScope {
   const std::atomic<bool>& stopping_;
   std::atomic<bool> flag_{false};
   bool ended_ = false;
+  bool registered_ = false;
   std::mutex wake_mu_;
   std::mutex* mu_ = nullptr;
   std::condition_variable* cv_ = nullptr;
@@ -189,6 +194,12 @@ struct FuseClient::Impl {
 
   MountOptions opt;
   ClientCounters stats;
+  // The spec session of a `bftfs run` (client/spec_session.h) sets these: interrupts never end a wait (every
+  // request gets its normal answer), and while the run speculates each write() is a request of its own,
+  // answered once its result is known (no write-behind: a write answered before a seal must be in the sealed
+  // epoch, docs/SPECULATION.md §6.1).
+  bool ignore_interrupts = false;
+  std::atomic<bool> synchronous_writes{false};
   NodeTable table{kRootHandle};  // thread-safe itself
   Backend* backend = nullptr;    // set by serve() before the loop starts
   fuse_session* se = nullptr;
@@ -320,6 +331,9 @@ struct FuseClient::Impl {
   void read(fuse_req_t req, FuseIno id, size_t size, off_t off, fuse_file_info* fi);
   // Valid replies: write (always the whole size: write-behind), err.
   void write(fuse_req_t req, FuseIno id, const char* buf, size_t size, off_t off, fuse_file_info* fi);
+  // write()'s synchronous form (synchronous_writes): each WRITE waits for its result. Valid replies: write, err.
+  void write_sync(fuse_req_t req, FuseIno id, const fs::Handle& h, const char* buf, size_t size, std::uint64_t off,
+                  const OpenFile* of, bool append);
   // Valid replies: err (0, or the first error of the file's writes since the last report).
   void flush(fuse_req_t req, FuseIno id, fuse_file_info* fi);
   // Valid replies: err (always 0: nobody receives it).

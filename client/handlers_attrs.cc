@@ -18,7 +18,7 @@ void FuseClient::Impl::reply_attr(fuse_req_t req, FuseIno id, const fs::Attr& fa
 void FuseClient::Impl::getattr(fuse_req_t req, FuseIno id) {
   const auto s = table.snapshot(id);
   if (!s) return (void)freply_err(req, ESTALE);
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   // Our own writes in flight: the node table has their size, but their mtime, ctime and blocks are the
   // service's (agreed time) and known only once they are final. stat after write must show them, so wait --
   // for the writes answered before this stat, not for those other processes keep making (a stat of a file
@@ -65,7 +65,7 @@ void FuseClient::Impl::getattr(fuse_req_t req, FuseIno id) {
 void FuseClient::Impl::setattr(fuse_req_t req, FuseIno id, const struct stat* attr, int to_set) {
   const auto h = handle_of(id);
   if (!h) return (void)freply_err(req, ESTALE);
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   // Truncation must follow our writes in flight (a truncate is ordered after them anyway; waiting also keeps
   // the size of the writes in flight from extending the size the truncate sets).
   const std::uint64_t upto = table.last_write_ticket(id);  // the writes answered before the truncate
@@ -146,7 +146,7 @@ void FuseClient::Impl::readlink(fuse_req_t req, FuseIno id) {
   if (!h) return (void)freply_err(req, ESTALE);
   fs::Op op = make_op(OpCode::kReadlink, cred_of(req));
   op.handle = *h;
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   CallResult r = call(&scope, single(std::move(op)), true);
   if (r.err != 0) return (void)freply_err(req, r.err);
   freply_readlink(req, r.result.results[0].target.c_str());
@@ -155,7 +155,7 @@ void FuseClient::Impl::readlink(fuse_req_t req, FuseIno id) {
 void FuseClient::Impl::statfs(fuse_req_t req) {
   fs::Op op = make_op(OpCode::kStatfs, cred_of(req));
   op.handle = kRootHandle;
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   CallResult r = call(&scope, single(std::move(op)), true);
   if (r.err != 0) return (void)freply_err(req, r.err);
   const fs::StatFs& s = r.result.results[0].statfs;
@@ -175,7 +175,7 @@ void FuseClient::Impl::statfs(fuse_req_t req) {
 void FuseClient::Impl::access(fuse_req_t req, FuseIno id, int mask) {
   const auto h = handle_of(id);
   if (!h) return (void)freply_err(req, ESTALE);
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   const std::uint8_t want = static_cast<std::uint8_t>(mask & 7);
   if (want == 0) {
     fs::Op op = make_op(OpCode::kGetattr, cred_of(req, {gid_of(id)}));

@@ -94,7 +94,7 @@ void FuseClient::Impl::open(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
   const auto s = table.snapshot(id);
   if (!s) return (void)freply_err(req, ESTALE);
   const fs::Cred cred = cred_of(req, {s->attr.gid});
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   NsLock ns(ns_mu, scope, false);
   if (!ns.held()) return (void)freply_err(req, EINTR);
   fs::Attr attr = s->attr;
@@ -177,7 +177,7 @@ void FuseClient::Impl::create(fuse_req_t req, FuseIno parent, const char* name, 
     g.handle = *dir;
     r.ops.push_back(std::move(g));
   }
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   NsLock ns(ns_mu, scope, false);
   if (!ns.held()) return (void)freply_err(req, EINTR);
   CallResult res = call(&scope, r, false);
@@ -211,7 +211,7 @@ void FuseClient::Impl::read(fuse_req_t req, FuseIno id, size_t size, off_t off, 
   if (!h) return (void)freply_err(req, ESTALE);
   if (off < 0) return (void)freply_err(req, EINVAL);
   before_direct_read(of, fi, id, size, off);
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   // Read-your-writes: the data of our writes in flight is only in the service once they are final. Those
   // answered before this read, not those other processes keep making meanwhile (a reader of a file being
   // appended to would otherwise wait for the appenders to stop).
@@ -255,9 +255,12 @@ void FuseClient::Impl::write(fuse_req_t req, FuseIno id, const char* buf, size_t
   if (is_direct_write(of, fi)) {
     return write_direct(req, id, *h, buf, size, static_cast<std::uint64_t>(off), of, append_mode);
   }
+  if (synchronous_writes.load()) {
+    return write_sync(req, id, *h, buf, size, static_cast<std::uint64_t>(off), of, append_mode && fi->writepage == 0);
+  }
   // Backpressure (write_staging.cc): this writer waits, interruptibly, while the mount's write-behind holds
   // write_behind_bytes_max, and while its piece does not fit its file's staged request and the lane is full.
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   const std::uint64_t limit = opt.write_behind_bytes_max > size ? opt.write_behind_bytes_max - size : 0;
   if (table.pending_bytes() > limit) wb.send_for_memory();  // staged bytes count: send what the lane takes
   if (!table.wait_pending_below(limit, [&] { return scope.interrupted(); })) return (void)freply_err(req, EINTR);
@@ -290,7 +293,7 @@ void FuseClient::Impl::write(fuse_req_t req, FuseIno id, const char* buf, size_t
 }
 
 void FuseClient::Impl::flush(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   // The writes answered before this close (not those other descriptors of the file keep making).
   const std::uint64_t upto = table.last_write_ticket(id);
   kick_writes(id, stats.stage_sends_close);
@@ -336,7 +339,7 @@ void FuseClient::Impl::release(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
 void FuseClient::Impl::fsync(fuse_req_t req, FuseIno id) {
   const auto h = handle_of(id);
   if (!h) return (void)freply_err(req, ESTALE);
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   // The writes answered before fsync began; later ones are not its to wait for.
   const std::uint64_t upto = table.last_write_ticket(id);
   kick_writes(id, stats.stage_sends_fsync);

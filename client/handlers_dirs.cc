@@ -14,7 +14,7 @@ void FuseClient::Impl::opendir(fuse_req_t req, FuseIno id, fuse_file_info* fi) {
   const auto h = handle_of(id);
   if (!h) return (void)freply_err(req, ESTALE);
   if (!opt.default_permissions) {
-    InterruptScope scope(req, table, stopping);
+    InterruptScope scope(req, table, stopping, ignore_interrupts);
     const int e = check_access(scope, cred_of(req, {gid_of(id)}), *h, 4);
     if (e != 0) return (void)freply_err(req, e);
   }
@@ -75,7 +75,7 @@ void FuseClient::Impl::readdir(fuse_req_t req, FuseIno id, size_t size, off_t of
   std::vector<char> buf(size);
   std::size_t used = 0;
   std::uint64_t cookie = static_cast<std::uint64_t>(off);
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   for (;;) {
     fs::Op op = make_op(plus ? OpCode::kReaddirPlus : OpCode::kReaddir, cred_of(req, {gid_of(id)}));
     op.handle = *h;
@@ -92,7 +92,7 @@ void FuseClient::Impl::readdir(fuse_req_t req, FuseIno id, size_t size, off_t of
       if (d.cookie > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
         return (void)freply_err(req, EIO);  // not a position the service gives (fs_state.h, kCookieMax)
       }
-      if (root && d.name == kOrphanDir) continue;  // the mount's hidden files are nobody's entries
+      if (root && (d.name == kOrphanDir || d.name == kRunDir)) continue;  // the mount's hidden files are nobody's entries
       only_hidden = false;
       if (!add_dir_entry(*this, req, buf, used, d, plus, r.seq)) break;
     }

@@ -31,7 +31,7 @@ void FuseClient::Impl::lookup(fuse_req_t req, FuseIno parent, const char* name) 
   fs::Op op = make_op(OpCode::kLookup, cred_of(req, {gid_of(parent)}));
   op.handle = *dir;
   op.name = name;
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   CallResult r = call(&scope, single(std::move(op)), true);
   if (r.err == ENOENT) ++stats.lookups_enoent;
   if (r.err == ENOENT && opt.negative_timeout_s > 0) {
@@ -52,7 +52,7 @@ void FuseClient::Impl::forget(FuseIno id, std::uint64_t n) {
 }
 
 void FuseClient::Impl::make_entry(fuse_req_t req, fs::Op op) {
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   const OpCode code = op.code;
   const fs::Handle dir = code == OpCode::kLink ? op.handle2 : op.handle;
   CallResult r = call(&scope, with_dir_attrs(std::move(op), {dir}), false);
@@ -127,7 +127,7 @@ void FuseClient::Impl::unlink(fuse_req_t req, FuseIno parent, const char* name) 
   const auto dir = handle_of(parent);
   if (!dir) return (void)freply_err(req, ESTALE);
   const fs::Cred cred = cred_of(req, {gid_of(parent)});
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   NsLock ns(ns_mu, scope, true);
   if (!ns.held()) return (void)freply_err(req, EINTR);
   int err = 0;
@@ -149,7 +149,7 @@ void FuseClient::Impl::rmdir(fuse_req_t req, FuseIno parent, const char* name) {
   fs::Op op = make_op(OpCode::kRmdir, cred_of(req, {gid_of(parent)}));
   op.handle = *dir;
   op.name = name;
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   CallResult r = call(&scope, with_dir_attrs(std::move(op), {*dir}), false);
   note_dir_attrs(r, 1);
   freply_err(req, r.err);
@@ -162,7 +162,7 @@ void FuseClient::Impl::rename(fuse_req_t req, FuseIno parent, const char* name, 
   const auto to = handle_of(newparent);
   if (!from || !to) return (void)freply_err(req, ESTALE);
   const fs::Cred cred = cred_of(req, {gid_of(parent), gid_of(newparent)});
-  InterruptScope scope(req, table, stopping);
+  InterruptScope scope(req, table, stopping, ignore_interrupts);
   fs::Op mv = make_op(OpCode::kRename, cred);
   mv.handle = *from;
   mv.name = name;

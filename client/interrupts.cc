@@ -28,17 +28,19 @@ void end_scope() {
 
 }  // namespace
 
-InterruptScope::InterruptScope(fuse_req_t req, NodeTable& table, const std::atomic<bool>& stopping)
+InterruptScope::InterruptScope(fuse_req_t req, NodeTable& table, const std::atomic<bool>& stopping, bool ignore)
     : req_(req), table_(table), stopping_(stopping) {
   BFT_ASSERT(tl_scope == nullptr);  // one scope per handler
   tl_scope = this;
+  if (ignore) return;
+  registered_ = true;
   fuse_req_interrupt_func(req_, &InterruptScope::on_interrupt, this);
 }
 
 void InterruptScope::end() {
   if (ended_) return;
   ended_ = true;
-  fuse_req_interrupt_func(req_, nullptr, nullptr);
+  if (registered_) fuse_req_interrupt_func(req_, nullptr, nullptr);
   tl_scope = nullptr;
 }
 

@@ -117,6 +117,14 @@ std::optional<FuseIno> NodeTable::find(const fs::Handle& h) const {
   return it->second;
 }
 
+std::vector<FuseIno> NodeTable::ids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<FuseIno> out;
+  out.reserve(nodes_.size());
+  for (const auto& [id, node] : nodes_) out.push_back(id);
+  return out;
+}
+
 std::size_t NodeTable::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return nodes_.size();

@@ -86,6 +86,8 @@ class NodeTable {
   // The node of (ino, generation) if it is known.
   std::optional<FuseIno> find(const fs::Handle& h) const;
   std::size_t size() const;
+  // Every node id the table holds (the kernel may cache each), in no particular order.
+  std::vector<FuseIno> ids() const;
   std::uint64_t lookups(FuseIno id) const;
 
   // ---- attributes from final results ----

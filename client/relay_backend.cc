@@ -101,6 +101,11 @@ void RelayBackend::cancel(std::uint64_t tag) {
   wake();
 }
 
+std::uint32_t RelayBackend::client_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return client_id_;
+}
+
 bool RelayBackend::connected() const {
   std::lock_guard<std::mutex> lock(mu_);
   return ready_;

@@ -38,6 +38,9 @@ class RelayBackend final : public Backend {
 
   // True once a HELLO_OK was received on the current connection (tests, status).
   bool connected() const;
+  // The relay's PBFT client id (HELLO_OK), 0 before the first connection: the identity the replicas execute
+  // this mount's requests under (a `bftfs run`'s stream belongs to it).
+  std::uint32_t client_id() const;
 
  private:
   struct InFlight {
