@@ -64,6 +64,9 @@ void remove_below(Backend& relay, const fs::Handle& dir, int depth) {
     const fs::OpResult& res = f.result.results[0];
     for (const fs::DirEntry& d : res.entries) {
       cookie = d.cookie;
+      // The service lists "." and ".." (services/fs readdir): descending into them would walk this directory
+      // and its parent again, 64 levels deep, one agreement round trip per step.
+      if (d.name == "." || d.name == "..") continue;
       if (d.type == fs::FileType::kDirectory) {
         const Final l = call_and_wait(relay, fs::Request{{root_op(fs::OpCode::kLookup, dir, d.name)}}, true);
         if (err_of(l) == 0) remove_below(relay, l.result.results[0].attr.handle(), depth + 1);
