@@ -22,6 +22,8 @@ remounted before the build so it starts cold; neither is timed):
                             `make deps` in /opt/bftfs/src/httpd2.4, scripts/fetch-httpd-source.sh) plainly and under
                             `bftfs run`; the tree is then read through a fresh mount (from the replicas) and must
                             equal the tarball unpacked on the local disk (untar_tree_identical)
+The mounts lie under /tmp (short paths), so
+`bftfs run` gives the tree a private tmpfs as /tmp (the compiler's temporary files), copied at every checkpoint.
 Times are wall seconds of the command (bftfs run included: its exit waits for the last commit), the median over
 rounds; the rounds interleave every run above (the order reversed every other round), so a busy minute on the
 shared machine hits each alike; the machine's load is recorded before the benchmark and at each run's start.
@@ -316,6 +318,7 @@ def main() -> None:
             clusters={name: site_args(s) for name, s in SITES.items()},
             durable=p["durable"], lua={"source": lua_info, "files": len(lua.files)},
             build=f"make -j{COMPILE_JOBS} {COMPILE_TARGET} in a fresh copy, mount remounted first (not timed)",
+            tree_tmp="under bftfs run: a private tmpfs, copied at every checkpoint (the mounts lie under /tmp)",
             httpd={"source": httpd_info, "files": tar_files, "command": "tar -xf TARBALL"})
         result = {**summary, "targets": targets(summary), "runs": rows, "meta": meta}
         out = reporting.RESULTS_DIR / RESULT_NAME

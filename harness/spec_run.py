@@ -277,8 +277,10 @@ def criu_missing(bftfs: Path) -> str | None:
 
 
 def stats_summary(stats: dict | None) -> dict:
-    """The numbers of a `--stats-json` that the tests and the benchmark report: epochs, checkpoints and
-    rollbacks (each with epoch, cause, restore_ms and discarded_ms)."""
+    """The numbers of a `--stats-json` that the tests and the benchmark report: epochs, checkpoints, rollbacks
+    (each with epoch, cause, detail, restore_ms and discarded_ms), the latency hidden, how long the run
+    speculated and how long the policy found it did not pay, entries, 1-reply predictions, and the daemon's own
+    STATS lines."""
     if not stats:
         return {"epochs_committed": 0, "epochs_discarded": 0, "checkpoints": 0, "rollbacks": []}
     return {"epochs_committed": stats.get("epochs_committed", 0), "epochs_discarded": stats.get("epochs_discarded", 0),
@@ -288,4 +290,8 @@ def stats_summary(stats: dict | None) -> dict:
                            "restore_ms": round(r["restore_us"] / 1000, 3),
                            "discarded_ms": round(r["discarded_us"] / 1000, 3)} for r in stats.get("rollbacks", [])],
             "hidden_ms": round(stats.get("hidden_us", 0) / 1000, 3),
-            "run_ms": round(stats.get("run_us", 0) / 1000, 3)}
+            "run_ms": round(stats.get("run_us", 0) / 1000, 3),
+            "speculating_ms": round(stats.get("speculating_us", 0) / 1000, 3),
+            "not_paying_ms": round(stats.get("policy_off_us", 0) / 1000, 3),
+            "entries": stats.get("entries", 0), "one_reply": stats.get("one_reply", 0),
+            "daemon": stats.get("daemon", "").splitlines()}
