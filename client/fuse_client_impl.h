@@ -200,6 +200,18 @@ struct FuseClient::Impl {
   // epoch, docs/SPECULATION.md §6.1).
   bool ignore_interrupts = false;
   std::atomic<bool> synchronous_writes{false};
+  // While set, replies let the kernel cache no attribute, name or "no such name" (timeouts 0): a speculating spec
+  // session, whose cached answers a rollback would otherwise have to find and drop one by one.
+  std::atomic<bool> zero_timeouts{false};
+  double attr_timeout() const { return zero_timeouts.load() ? 0.0 : opt.attr_timeout_s; }
+  double entry_timeout() const { return zero_timeouts.load() ? 0.0 : opt.entry_timeout_s; }
+  double negative_timeout() const { return zero_timeouts.load() ? 0.0 : opt.negative_timeout_s; }
+  // With track_entries (the spec session), every (parent, name) the kernel was allowed to cache is remembered, so
+  // that they can all be dropped when speculation starts or rolls back (SpecSession::invalidate_entries).
+  bool track_entries = false;
+  std::mutex entries_mu;
+  std::set<std::pair<FuseIno, std::string>> cached_entries;  // guarded by entries_mu
+  void note_entry(FuseIno parent, const std::string& name);
   NodeTable table{kRootHandle};  // thread-safe itself
   Backend* backend = nullptr;    // set by serve() before the loop starts
   fuse_session* se = nullptr;

@@ -12,7 +12,7 @@ namespace bftfs::client {
 void FuseClient::Impl::reply_attr(fuse_req_t req, FuseIno id, const fs::Attr& fallback) {
   const auto s = table.snapshot(id);
   const struct stat st = to_stat(s ? s->attr : fallback);
-  freply_attr(req, &st, opt.attr_timeout_s);
+  freply_attr(req, &st, attr_timeout());
 }
 
 void FuseClient::Impl::getattr(fuse_req_t req, FuseIno id) {
@@ -37,12 +37,12 @@ void FuseClient::Impl::getattr(fuse_req_t req, FuseIno id) {
   // attributes the cache holds (a parent's mtime, a target's nlink): attributes from requests submitted
   // before it completed are not used (attr_barrier).
   if (const auto now = table.snapshot(id);
-      now && !now->has_pending && opt.attr_timeout_s > 0 && now->attr_seq >= attr_barrier.load()) {
+      now && !now->has_pending && attr_timeout() > 0 && now->attr_seq >= attr_barrier.load()) {
     const double age_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - now->attr_time).count();
-    if (age_s >= 0 && age_s < opt.attr_timeout_s) {
+    if (age_s >= 0 && age_s < attr_timeout()) {
       ++stats.getattr_cache_hits;
       const struct stat st = to_stat(now->attr);
-      return (void)freply_attr(req, &st, opt.attr_timeout_s - age_s);
+      return (void)freply_attr(req, &st, attr_timeout() - age_s);
     }
   }
   ++stats.getattr_cache_misses;

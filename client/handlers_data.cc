@@ -196,8 +196,9 @@ void FuseClient::Impl::create(fuse_req_t req, FuseIno parent, const char* name, 
   e.generation = attr.generation;
   const auto s = table.snapshot(id);
   e.attr = to_stat(s ? s->attr : attr);
-  e.attr_timeout = opt.attr_timeout_s;
-  e.entry_timeout = opt.entry_timeout_s;
+  e.attr_timeout = attr_timeout();
+  e.entry_timeout = entry_timeout();
+  note_entry(parent, name);
   if (freply_create(req, &e, fi) != 0) {
     (void)table.released(id);
     (void)table.forget(id, 1);

@@ -29,7 +29,7 @@ namespace {
 // nothing, if it does not fit. A readdirplus entry other than '.' and '..' gives the kernel a lookup reference on
 // its node (remembered in c's node table with submission number `seq`).
 bool add_dir_entry(FuseClient::Impl& c, fuse_req_t req, std::vector<char>& buf, std::size_t& used,
-                   const fs::DirEntry& d, bool plus, std::uint64_t seq) {
+                   const fs::DirEntry& d, bool plus, std::uint64_t seq, FuseIno dir) {
   const off_t next = static_cast<off_t>(d.cookie);
   const std::size_t size = buf.size();
   if (!plus) {
@@ -55,8 +55,9 @@ bool add_dir_entry(FuseClient::Impl& c, fuse_req_t req, std::vector<char>& buf, 
     e.ino = nid;
     e.generation = d.attr.generation;
     e.attr = to_stat(s ? s->attr : d.attr);
-    e.attr_timeout = c.opt.attr_timeout_s;
-    e.entry_timeout = c.opt.entry_timeout_s;
+    e.attr_timeout = c.attr_timeout();
+    e.entry_timeout = c.entry_timeout();
+    c.note_entry(dir, d.name);
   }
   used += fuse_add_direntry_plus(req, buf.data() + used, size - used, d.name.c_str(), &e, next);
   return true;
@@ -94,7 +95,7 @@ void FuseClient::Impl::readdir(fuse_req_t req, FuseIno id, size_t size, off_t of
       }
       if (root && (d.name == kOrphanDir || d.name == kRunDir)) continue;  // the mount's hidden files are nobody's entries
       only_hidden = false;
-      if (!add_dir_entry(*this, req, buf, used, d, plus, r.seq)) break;
+      if (!add_dir_entry(*this, req, buf, used, d, plus, r.seq, id)) break;
     }
     // A reply with no entry ends the listing for the kernel: if every entry of the batch was hidden, read on
     // from past them instead.

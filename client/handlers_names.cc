@@ -12,6 +12,12 @@
 
 namespace bftfs::client {
 
+void FuseClient::Impl::note_entry(FuseIno parent, const std::string& name) {
+  if (!track_entries || entry_timeout() <= 0) return;
+  std::lock_guard<std::mutex> lock(entries_mu);
+  cached_entries.emplace(parent, name);
+}
+
 void FuseClient::Impl::reply_entry(fuse_req_t req, const fs::Attr& attr, std::uint64_t seq) {
   const FuseIno id = table.remember(attr, seq);
   fuse_entry_param e{};
@@ -19,8 +25,8 @@ void FuseClient::Impl::reply_entry(fuse_req_t req, const fs::Attr& attr, std::ui
   e.generation = attr.generation;
   const auto s = table.snapshot(id);
   e.attr = to_stat(s ? s->attr : attr);
-  e.attr_timeout = opt.attr_timeout_s;
-  e.entry_timeout = opt.entry_timeout_s;
+  e.attr_timeout = attr_timeout();
+  e.entry_timeout = entry_timeout();
   // If the kernel did not take the entry (the request was interrupted), it will never forget it.
   if (freply_entry(req, &e) != 0) (void)table.forget(id, 1);
 }
@@ -34,14 +40,16 @@ void FuseClient::Impl::lookup(fuse_req_t req, FuseIno parent, const char* name) 
   InterruptScope scope(req, table, stopping, ignore_interrupts);
   CallResult r = call(&scope, single(std::move(op)), true);
   if (r.err == ENOENT) ++stats.lookups_enoent;
-  if (r.err == ENOENT && opt.negative_timeout_s > 0) {
+  if (r.err == ENOENT && negative_timeout() > 0) {
+    note_entry(parent, name);
     fuse_entry_param e{};
     e.ino = 0;
-    e.entry_timeout = opt.negative_timeout_s;
+    e.entry_timeout = negative_timeout();
     freply_entry(req, &e);
     return;
   }
   if (r.err != 0) return (void)freply_err(req, r.err);
+  note_entry(parent, name);
   reply_entry(req, r.result.results[0].attr, r.seq);
 }
 
@@ -55,11 +63,13 @@ void FuseClient::Impl::make_entry(fuse_req_t req, fs::Op op) {
   InterruptScope scope(req, table, stopping, ignore_interrupts);
   const OpCode code = op.code;
   const fs::Handle dir = code == OpCode::kLink ? op.handle2 : op.handle;
+  const std::string name = op.name;
   CallResult r = call(&scope, with_dir_attrs(std::move(op), {dir}), false);
   // The directory is gone (removed while we held it, e.g. as a cwd): no new entry there, as on Linux.
   if (r.err == ESTALE && code != OpCode::kLink) return (void)freply_err(req, ENOENT);
   if (r.err != 0) return (void)freply_err(req, r.err);
   note_dir_attrs(r, 1);
+  if (const auto parent = table.find(dir)) note_entry(*parent, name);
   reply_entry(req, r.result.results[0].attr, r.seq);
 }
 

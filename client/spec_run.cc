@@ -64,8 +64,6 @@ void remove_below(Backend& relay, const fs::Handle& dir, int depth) {
     const fs::OpResult& res = f.result.results[0];
     for (const fs::DirEntry& d : res.entries) {
       cookie = d.cookie;
-      // The service lists "." and ".." (services/fs readdir): descending into them would walk this directory
-      // and its parent again, 64 levels deep, one agreement round trip per step.
       if (d.name == "." || d.name == "..") continue;
       if (d.type == fs::FileType::kDirectory) {
         const Final l = call_and_wait(relay, fs::Request{{root_op(fs::OpCode::kLookup, dir, d.name)}}, true);
@@ -123,6 +121,7 @@ std::optional<spec::DaemonMsg> SpecRun::handle(const spec::SupervisorMsg& m, Uni
   if (std::holds_alternative<spec::Finish>(m)) {
     backend_->finish();
     session_->set_synchronous_writes(false);
+    session_->set_zero_timeouts(false);
     return std::nullopt;
   }
   if (std::holds_alternative<spec::Detach>(m)) return detach();
@@ -177,9 +176,14 @@ spec::DaemonMsg SpecRun::prepare(const spec::Prepare& p) {
 
 spec::DaemonMsg SpecRun::seal(const spec::Seal& s) {
   session_->flush_writes();
+  const bool was_speculative = backend_->speculative();
   std::optional<spec::Sealed> r = backend_->seal(s);
   if (!r) return fatal("SEAL of stretch " + std::to_string(s.epoch) + ", which is not the open one");
-  session_->set_synchronous_writes(s.next == spec::Next::kSpeculative);
+  const bool speculative = s.next == spec::Next::kSpeculative;
+  session_->set_synchronous_writes(speculative);
+  session_->set_zero_timeouts(speculative);
+  // Names cached while not speculating must not outlive a rollback of what follows: the tree is frozen now.
+  if (speculative && !was_speculative) session_->invalidate_entries();
   return *r;
 }
 
@@ -189,6 +193,7 @@ spec::DaemonMsg SpecRun::rollback(const spec::Rollback& r) {
   session_->kick_writes();
   std::optional<spec::ReadyForRestore> ready = backend_->rollback(r);
   if (!ready) return fatal("ROLLBACK of epoch " + std::to_string(r.epoch) + ", which did not fail");
+  session_->set_zero_timeouts(true);
   session_->invalidate_all();
   session_->set_synchronous_writes(true);
   return *ready;
@@ -198,6 +203,7 @@ spec::DaemonMsg SpecRun::restored(const spec::Restored& r) {
   const spec::WindowClosed w = backend_->restored(r);
   session_->invalidate_all();
   session_->set_synchronous_writes(r.next == spec::Next::kSpeculative);
+  session_->set_zero_timeouts(r.next == spec::Next::kSpeculative);
   return w;
 }
 

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,16 +51,14 @@ SpecSession::SpecSession() : s_(std::make_unique<State>()) {}
 std::string SpecSession::start(UniqueFd fuse, const MountOptions& base, Backend& backend,
                                std::unique_ptr<SpecSession>& out) {
   if (!fuse.valid()) return "ATTACH came without the spec session's /dev/fuse descriptor";
-  MountOptions o = base;
-  o.attr_timeout_s = 0;
-  o.entry_timeout_s = 0;
-  o.negative_timeout_s = 0;
+  MountOptions o = base;  // the cache timeouts are the mount's while not speculating (set_zero_timeouts)
   o.status_path.clear();
   std::unique_ptr<SpecSession> session(new SpecSession());
   State& st = *session->s_;
   st.impl = std::make_unique<FuseClient::Impl>(o);
   FuseClient::Impl& impl = *st.impl;
   impl.ignore_interrupts = true;
+  impl.track_entries = true;
   impl.backend = &backend;
   std::vector<std::string> argv_s = {"bftfs-spec"};
   std::vector<char*> argv;
@@ -107,6 +106,7 @@ SpecSession::~SpecSession() {
     }
   }
   if (st.loop.joinable()) st.loop.join();
+  LOG_INFO("", "spec session: counters %s", impl.stats.json().c_str());
   impl.stop();
   impl.wb.stop_flusher();
   impl.end_invalidations();
@@ -123,6 +123,25 @@ void SpecSession::flush_writes() {
   while (impl.wb.in_flight() > 0 && !s_->ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
+void SpecSession::set_zero_timeouts(bool on) { s_->impl->zero_timeouts.store(on); }
+
+void SpecSession::invalidate_entries() {
+  FuseClient::Impl& impl = *s_->impl;
+  std::set<std::pair<FuseIno, std::string>> entries;
+  {
+    std::lock_guard<std::mutex> lock(impl.entries_mu);
+    entries.swap(impl.cached_entries);
+  }
+  if (s_->ended.load()) return;
+  for (const auto& [parent, name] : entries) {
+    const int rc = fuse_lowlevel_notify_inval_entry(impl.se, parent, name.data(), name.size());
+    if (rc != 0 && rc != -ENOENT) {
+      LOG_WARN("", "spec session: invalidating entry %s of node %llu failed: %d", name.c_str(),
+               static_cast<unsigned long long>(parent), rc);
+    }
+  }
+}
+
 void SpecSession::kick_writes() { s_->impl->wb.kick_all(); }
 
 void SpecSession::invalidate_all() {
@@ -135,8 +154,13 @@ void SpecSession::invalidate_all() {
       LOG_WARN("", "spec session: invalidating node %llu failed: %d", static_cast<unsigned long long>(id), rc);
     }
   }
-  std::lock_guard<std::mutex> lock(impl.pf_mu);
-  impl.prefetched.clear();
+  // Attributes the node table holds from before now are no longer answered from its cache.
+  impl.raise_attr_barrier(impl.next_seq.load());
+  {
+    std::lock_guard<std::mutex> lock(impl.pf_mu);
+    impl.prefetched.clear();
+  }
+  invalidate_entries();
 }
 
 bool SpecSession::ended() const { return s_->ended.load(); }

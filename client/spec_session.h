@@ -5,9 +5,10 @@
 // - interrupts never end a wait: every request gets its normal answer, so a task frozen by a checkpoint inside a
 //   request freezes just after it, and a program never sees a spurious EINTR (issue item 5);
 // - while the run speculates, write() is synchronous (each write is an entry before it is answered);
-// - attributes, names and "no such name" are not cached by the kernel (timeouts 0): every lookup and stat of the
-//   tree is answered by the model and logged, so a rollback needs to drop only the kernel's pages and attributes
-//   (invalidate_all), never a name the kernel would otherwise keep for the timeout.
+// - while the run speculates, attributes, names and "no such name" are not cached by the kernel (timeouts 0):
+//   every lookup and stat of the tree is answered by the model and logged, and a rollback needs to drop only the
+//   kernel's pages and attributes and the names cached before speculation started (invalidate_all); while it
+//   does not, the mount's own timeouts apply, as on the mount's own connection.
 #pragma once
 
 #include <pthread.h>
@@ -39,6 +40,11 @@ class SpecSession {
 
   // Writes become synchronous (speculating) or go through write-behind (not speculating).
   void set_synchronous_writes(bool on);
+  // Whether replies let the kernel cache attributes and names (not while speculating: timeouts 0).
+  void set_zero_timeouts(bool on);
+  // Drops every name the kernel was allowed to cache (the switch to speculating, a rollback): afterwards each of
+  // the tree's lookups reaches this session. Only while no task of the tree runs.
+  void invalidate_entries();
   // Sends every staged write now and waits until no write-behind request is in flight.
   void flush_writes();
   // Sends every staged write now, without waiting.
