@@ -195,7 +195,7 @@ def one_run(site: Site, name: str, what: str, under_run: bool, rnd: int, lua, ta
     (scratch / f"{rel}.stdout").write_bytes(result.stdout)
     (scratch / f"{rel}.stderr").write_bytes(result.stderr)
     if result.returncode != 0:
-        raise SystemExit(f"{name} round {rnd}: `{' '.join(argv)}` exited {result.returncode}:\n{err[-3000:]}")
+        raise RunFailed(f"`{' '.join(argv)}` exited {result.returncode}: {err[-1500:]}")
     tree = site.fresh_hashes(rel)
     row = {"run": name, "round": rnd, "site": site.name, "seconds": round(result.wall_s, 3),
            "loadavg_1_5_15_at_start": load, "files": sum(1 for v in tree.values() if v.startswith("file")),
@@ -211,14 +211,25 @@ def one_run(site: Site, name: str, what: str, under_run: bool, rnd: int, lua, ta
     return row
 
 
+class RunFailed(Exception):
+    """A run's command failed: the row records why and the benchmark goes on with the next run."""
+
+
 def rounds(sites: dict[str, Site], p: dict, lua, tarball: Path, scratch: Path) -> list[dict]:
+    """Every run of the plan, round by round. A run that fails is recorded as failed (and left out of the
+    medians) and its site's mount is made anew, so one broken run does not cost the others."""
     runs = [r for r in RUNS if r[4] in p["parts"]]
     rows = []
     for rnd in range(1, p["rounds"] + 1):
         order = runs if rnd % 2 else list(reversed(runs))
         for name, site, what, under_run, _part in order:
             progress(f"== {name}, round {rnd}/{p['rounds']}")
-            rows.append(one_run(sites[site], name, what, under_run, rnd, lua, tarball, scratch))
+            try:
+                rows.append(one_run(sites[site], name, what, under_run, rnd, lua, tarball, scratch))
+            except (RunFailed, OSError, TimeoutError) as exc:
+                progress(f"{name} round {rnd} FAILED: {exc}")
+                rows.append({"run": name, "round": rnd, "site": site, "failed": str(exc)[-2000:]})
+                sites[site].remount()
     return rows
 
 
@@ -242,11 +253,13 @@ def summarize(rows: list[dict], local_tree: str | None) -> dict:
     """The issue's keys from the rows (module docstring)."""
     by: dict[str, list[dict]] = {}
     for row in rows:
-        by.setdefault(row["run"], []).append(row)
+        if "failed" not in row:
+            by.setdefault(row["run"], []).append(row)
     out: dict = {}
     for name, _site, _what, _run, _part in RUNS:
         out[f"{name.split('_', 1)[0]}_s_{name.split('_', 1)[1]}"] = median([r["seconds"] for r in by.get(name, [])])
-    builds = [r for r in rows if r["run"].startswith("build")]
+    out["failed_runs"] = [{"run": r["run"], "round": r["round"], "why": r["failed"]} for r in rows if "failed" in r]
+    builds = [r for r in rows if r["run"].startswith("build") and "failed" not in r]
     out["outputs_identical"] = (len({(r["tree_sha256"], r["output_sha256"]) for r in builds}) == 1) if builds else None
     untars = by.get("untar_nospec", []) + by.get("untar_spec", [])
     out["untar_tree_identical"] = all(r["tree_sha256"] == local_tree for r in untars) if untars else None
@@ -273,6 +286,7 @@ def targets(s: dict) -> dict:
                 "build_lan_run_within_5pct": t["build_lan_run_over_plain"] is not None
                 and t["build_lan_run_over_plain"] <= 1.05,
                 "outputs_identical": s.get("outputs_identical") is True,
+                "no_failed_runs": not s.get("failed_runs"),
                 "every_rollback_has_a_restore_time": all(r["restore_ms"] > 0 for r in s.get("rollbacks", []))}
     return t
 
@@ -328,7 +342,8 @@ def main() -> None:
                     "build_s_lan_run", "untar_s_nospec", "untar_s_spec", "outputs_identical", "untar_tree_identical",
                     "checkpoints", "checkpoint_ms_p50", "restore_ms_p50", "checkpoint_time_fraction"):
             print(f"{key:26s} {summary.get(key)}")
-        print(f"{'rollbacks':26s} {len(summary['rollbacks'])}; targets {result['targets']['met']}")
+        print(f"{'rollbacks':26s} {len(summary['rollbacks'])}; failed runs {len(summary['failed_runs'])}; "
+              f"targets {result['targets']['met']}")
         ok = True
     finally:
         if ok and not reporting.keep_scratch():
