@@ -353,12 +353,11 @@ ls sub | wc -l
 """
 
 
-@pytest.mark.xfail(strict=False, reason="the spec session drops the kernel's cached names when speculation starts "
-                                        "(the working directory's among them), and getcwd() then fails ENOENT")
 def test_spec_run_getcwd_works_while_speculating(reference, outside_dir):
     """A directory on the mount stays a working directory whose path the kernel can give (getcwd) across the
-    spec session's cache invalidations: the Lua build's `cd src && make` printed "sh: 0: getcwd() failed: No such
-    file or directory" under bftfs run at 15 ms."""
+    spec session's cache invalidations (when speculation starts, the names cached before are expired: invalidated,
+    a working directory's entry would be unhashed and getcwd() fail ENOENT, as the Lua build's `cd src && make`
+    did)."""
     prog = script(outside_dir, "getcwd.sh", GETCWD)
     want, want_tree = reference_run(reference, "getcwd", prog, under_run=False)
     assert want.returncode == 0 and not want.stderr, want.err()
