@@ -56,7 +56,7 @@ BUILT_OR_BUILD := $(if $(filter 1,$(_BUILT)),,all)
 .NOTPARALLEL:
 .DEFAULT_GOAL := all
 .PHONY: all build configure deps test unit sim integration fuzz lint bench bench-counter bench-faults bench-counter-wan demo \
-        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write bench-stress bench-fsync-floor posix-external \
+        demo-counter bench-fs bench-fs-faults bench-fs-recovery bench-large-write bench-stress bench-fsync-floor bench-spec-run posix-external \
         clean help
 
 help:
@@ -64,7 +64,7 @@ help:
 	@echo "  make demo          install deps, build, mount bftfs on 4 replicas and on NO-REP, Andrew on each, side by side"
 	@echo "  make demo-counter  the replication engine alone: counter on PBFT, PBFT-CS and NO-REP, side by side"
 	@echo "  make test          install deps, build, run unit tests, simulation (SEEDS=$(SEEDS)), integration tests"
-	@echo "  make deps          install Debian/Python packages, CRIU 4.1.1, Lua 5.4's source for bench-fs (idempotent)"
+	@echo "  make deps          install Debian/Python packages, CRIU 4.1.1, Lua 5.4's source and httpd 2.4's tarball for the benchmarks (idempotent)"
 	@echo "  make               configure and build into $(BUILD)/ (SANITIZE=1 for build-asan/)"
 	@echo "  make unit | sim | integration   one test stage (sim: SEEDS=N, SIM_ARGS=...)"
 	@echo "  make fuzz          libFuzzer targets (FUZZ_RUNS=N)"
@@ -76,6 +76,7 @@ help:
 	@echo "  make bench-fs-recovery  fs disk store: wiped replica rejoin, corrupt block repair, crash of all"
 	@echo "  make bench-large-write  one large dd through the mount: time, memory, view changes (64 MiB-1 GiB)"
 	@echo "  make bench-stress  overload: O_APPEND records, mmap writes, create/rename storm; stat waits, view changes, drain"
+	@echo "  make bench-spec-run  bftfs run: Lua build at primary-local 15 ms (plain, speculating, 1% lies), LAN build, httpd untar"
 	@echo "  make bench-fsync-floor  the disk's durable-write latency, 1 and 4 writers: the floor under PBFT's latency"
 	@echo "  make posix-external  pjdfstest and fsx (cargo install) against a local bftfs mount"
 	@echo "  make clean         remove build directories"
@@ -160,6 +161,10 @@ bench-large-write: deps all
 # create/rename storm) against the same client on a local FUSE mount: bench-results/stress.json.
 bench-stress: deps all
 	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_stress.py
+
+# `bftfs run` end to end (docs/SPECULATION.md §15): bench-results/spec-run.json. Needs root and CRIU.
+bench-spec-run: deps all
+	BFTFS_BUILD="$(abspath $(BUILD))" QUICK="$(QUICK)" $(PYTHON) benchmarks/bench_spec_run.py
 
 # The disk's durable-write latency, alone and with four writers at once: the floor under PBFT's latency.
 bench-fsync-floor:

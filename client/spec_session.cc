@@ -135,7 +135,10 @@ void SpecSession::invalidate_entries() {
   }
   if (s_->ended.load()) return;
   for (const auto& [parent, name] : entries) {
-    const int rc = fuse_lowlevel_notify_inval_entry(impl.se, parent, name.data(), name.size());
+    // Expire, not invalidate: invalidating unhashes the kernel's dentry, and a directory that is some task's
+    // working directory (the tree's, its parents) then has no path: getcwd() fails ENOENT for good. An expired
+    // entry is looked up again at its next use, and dropped only if the answer differs.
+    const int rc = fuse_lowlevel_notify_expire_entry(impl.se, parent, name.data(), name.size(), FUSE_LL_EXPIRE_ONLY);
     if (rc != 0 && rc != -ENOENT) {
       LOG_WARN("", "spec session: invalidating entry %s of node %llu failed: %d", name.c_str(),
                static_cast<unsigned long long>(parent), rc);

@@ -18,6 +18,8 @@ Modules, from the ground up:
   users        as_user: run a function with another user's credentials
   andrew       the Andrew benchmark's source trees and phases
   durability   the fsync durability workload: writer process, checker, crash rounds
+  spec_run     `bftfs run` on a real cluster: a primary-local WAN cluster with a lying primary, one run with its
+               output read as it appears, --trace and --stats-json read back
   fake_spec_daemon  FakeSpecDaemon: the mount daemon's side of `bftfs run`'s control protocol, scripted (commit
                or fail chosen epochs), for testing the supervisor before the daemon's spec session exists
 

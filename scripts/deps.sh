@@ -134,4 +134,6 @@ else
 fi
 # ---- the C source tree the file-system benchmarks build (Lua 5.4 from Debian's source package) ----
 bash "$ROOT/scripts/fetch-lua-source.sh"
+# ---- the tarball bench-spec-run unpacks (Apache httpd 2.4 from Debian's source package) ----
+bash "$ROOT/scripts/fetch-httpd-source.sh"
 say "done"

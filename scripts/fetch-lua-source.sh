@@ -25,10 +25,7 @@ if [[ ${BFTFS_SRC_FORCE:-0} != 1 && -f $CACHE/SOURCE && -f $CACHE/lua/src/lua.c 
   exit 0
 fi
 
-command -v apt-get >/dev/null || die "apt-get not found (Debian is required)"
 command -v tar >/dev/null || die "tar not found"
-SUITE=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-[[ -n $SUITE ]] || SUITE=bookworm
 
 WORK=$(mktemp -d /tmp/bftfs-src-apt.XXXXXX)
 STAGE=""
@@ -37,23 +34,12 @@ cleanup() {
   if [[ -n $STAGE ]]; then rm -rf "$STAGE"; fi
 }
 trap cleanup EXIT
-mkdir -p "$WORK/get"
-# shellcheck source=scripts/private-apt.sh
-. "$(dirname "${BASH_SOURCE[0]}")/private-apt.sh"
-private_apt_setup "$WORK" deb-src "$SUITE" main
-
-say "fetching the $SUITE source index from $MIRROR (private apt state in $WORK)"
-apt-get "${APT_OPTS[@]}" -q update >"$WORK/update.log" 2>&1 || { cat "$WORK/update.log" >&2; die "apt-get update (deb-src) failed"; }
-version=$(apt-cache "${APT_OPTS[@]}" showsrc "$PACKAGE" 2>/dev/null | awk '/^Version:/{print $2; exit}')
-[[ -n $version ]] || die "source package $PACKAGE not found in $SUITE"
-# --download-only: apt checks every file against the signed Sources index; nothing is unpacked or built.
-(cd "$WORK/get" && apt-get "${APT_OPTS[@]}" -q source --download-only "$PACKAGE=$version") >"$WORK/source.log" 2>&1 \
-  || { cat "$WORK/source.log" >&2; die "apt-get source $PACKAGE=$version failed"; }
-shopt -s nullglob
-origs=("$WORK"/get/"${PACKAGE}"_*.orig.tar.*)
-shopt -u nullglob
-[[ ${#origs[@]} -eq 1 ]] || die "expected one .orig tarball for $PACKAGE, found ${#origs[@]}"
-orig=${origs[0]}
+# shellcheck source=scripts/debian-source.sh
+. "$(dirname "${BASH_SOURCE[0]}")/debian-source.sh"
+debian_orig_fetch "$PACKAGE" "$WORK"
+orig=$ORIG
+version=$ORIG_VERSION
+SUITE=$ORIG_SUITE
 
 mkdir -p "$(dirname "$CACHE")"
 STAGE=$(mktemp -d "$CACHE.new.XXXXXX")

@@ -1,5 +1,5 @@
 # Sourced by scripts that fetch Debian packages without touching the system's apt configuration
-# (install-criu.sh: trixie's CRIU; fetch-lua-source.sh: lua5.4's source package). Needs `die` defined.
+# (install-criu.sh: trixie's CRIU; debian-source.sh: the source packages lua5.4 and apache2). Needs `die` defined.
 #
 # private_apt_setup WORKDIR SOURCES_LINE_SUFFIX
 #   Writes WORKDIR/sources.list with "SOURCES_LINE_SUFFIX" completed as "<type> [signed-by=...] MIRROR <suffix>"
