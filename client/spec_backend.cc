@@ -22,9 +22,11 @@ constexpr std::uint32_t kFirstReplyRounds = 2;   // FETCH rounds of one request 
 constexpr std::uint32_t kFetchRoundsMax = 16;    // then the request fails with EIO (the relay keeps refusing)
 constexpr std::size_t kComparedMax = 1000;       // first replies the cap's lie rate is measured over (§6.5)
 constexpr std::uint32_t kCapMax = 64;
+constexpr std::uint32_t kCapAdviseMin = 8;  // ADVICE(cap) only for a cap of at least this many predictions
 constexpr double kSmoothing = 0.1;               // weight of a new latency sample
 constexpr std::uint64_t kFutureSlackNs = 1'000'000'000;  // seen times further ahead of the clock are ignored
 constexpr auto kClosedPoll = std::chrono::milliseconds(100);
+constexpr auto kRecentWindow = std::chrono::seconds(1);  // the mount's attribute and name cache timeout
 
 std::uint64_t realtime_ns() {
   timespec ts{};
@@ -53,26 +55,18 @@ bool write_only(const fs::Request& r) {
   return std::all_of(r.ops.begin(), r.ops.end(), [](const fs::Op& op) { return op.code == fs::OpCode::kWrite; });
 }
 
+bool reads_data(const fs::Request& r) {
+  return std::any_of(r.ops.begin(), r.ops.end(), [](const fs::Op& op) {
+    return op.code == fs::OpCode::kRead || op.code == fs::OpCode::kReaddir || op.code == fs::OpCode::kReaddirPlus ||
+           op.code == fs::OpCode::kReadlink;
+  });
+}
+
 Final refused(std::string why) {
   Final f;
   f.status = FinalStatus::kRefused;
   f.reason = std::move(why);
   return f;
-}
-
-// FETCH of what the entry's execution needs: its trace in the first rounds (the replicas report every fact it
-// reads), then the keys the model still lacks.
-fs::Request fetch_request(std::uint64_t stream, std::uint32_t round, const fs::Request& entry,
-                          const std::vector<fs::ObjectKey>& missing) {
-  fs::Op op = stream_op(fs::OpCode::kFetch, stream);
-  if (round < kFirstReplyRounds || missing.empty()) {
-    op.fetch_mode = fs::FetchMode::kTrace;
-    op.trace = entry;
-  } else {
-    op.fetch_mode = fs::FetchMode::kKeys;
-    op.keys.assign(missing.begin(), missing.begin() + std::min<std::size_t>(missing.size(), fs::kFetchKeysMax));
-  }
-  return fs::Request{{std::move(op)}};
 }
 
 bool usable_fetch(const fs::Result& r) {
@@ -172,6 +166,29 @@ void SpecBackend::Core::send_stream_locked(fs::Request r, std::function<void(con
   (void)relay.submit(r, SubmitOptions{}, std::move(cb));
 }
 
+fs::Request SpecBackend::Core::fetch_request_locked(std::uint32_t round, const fs::Request& entry,
+                                                   const std::vector<fs::ObjectKey>& missing, bool repeated) {
+  fs::Op op = stream_op(fs::OpCode::kFetch, opt.stream);
+  if (missing.empty() || (round == 0 && !repeated)) {
+    op.fetch_mode = fs::FetchMode::kTrace;
+    op.trace = entry;
+  } else {
+    op.fetch_mode = fs::FetchMode::kKeys;
+    op.keys.assign(missing.begin(), missing.begin() + std::min<std::size_t>(missing.size(), fs::kFetchKeysMax));
+  }
+  return fs::Request{{std::move(op)}};
+}
+
+void SpecBackend::Core::drop_clean_locked() {
+  model.drop_clean();
+  if (creates >= pool.size()) return;
+  fs::OpResult r;
+  r.code = fs::OpCode::kReserve;
+  r.pool_first = pool_first + creates;
+  r.reserved.assign(pool.begin() + static_cast<std::ptrdiff_t>(creates), pool.end());
+  model.insert_reserved(r);
+}
+
 void SpecBackend::Core::ensure_pool_locked() {
   if (reserving || !reserve_error.empty() || reserved - creates >= opt.pool_low) return;
   reserving = true;
@@ -184,6 +201,10 @@ void SpecBackend::Core::ensure_pool_locked() {
     self->reserving = false;
     if (const std::optional<fs::OpResult> r = stream_result(f, fs::OpCode::kReserve)) {
       self->model.insert_reserved(*r);
+      if (self->pool.empty()) self->pool_first = r->pool_first;
+      if (r->pool_first == self->pool_first + self->pool.size()) {
+        self->pool.insert(self->pool.end(), r->reserved.begin(), r->reserved.end());
+      }
       self->reserved += r->reserved.size();
     } else {
       self->reserve_error = f.status == FinalStatus::kRefused ? f.reason : "RESERVE failed";
@@ -277,6 +298,7 @@ void SpecBackend::Core::run_speculative(std::unique_lock<std::mutex>& lk, const 
   const std::uint64_t gen = generation;
   std::uint64_t waited_us = 0;
   std::uint32_t rounds = 0;
+  std::vector<fs::ObjectKey> last_missing;
   for (;;) {
     if (closed.load() || generation != gen || rounds > kFetchRoundsMax) {
       const bool dead = generation != gen;
@@ -295,11 +317,15 @@ void SpecBackend::Core::run_speculative(std::unique_lock<std::mutex>& lk, const 
     fs::EntryRun run = model.execute(epoch, entry);
     if (run.inconsistent) {
       ++stats.inconsistent;
-      model.drop_clean();
+      drop_clean_locked();
     }
     if (run.complete()) return answer_locked(lk, request, options, std::move(entry), run.result, need, waited_us, cb);
     const bool first_ok = rounds < kFirstReplyRounds && one_reply_allowed_locked();
-    fs::Request f = fetch_request(opt.stream, rounds, entry, run.missing);
+    const bool repeated = std::any_of(run.missing.begin(), run.missing.end(), [&](const fs::ObjectKey& k) {
+      return std::find(last_missing.begin(), last_missing.end(), k) != last_missing.end();
+    });
+    last_missing = run.missing;
+    fs::Request f = fetch_request_locked(rounds, entry, run.missing, repeated);
     ++rounds;
     ++stats.fetches;
     lk.unlock();
@@ -331,7 +357,8 @@ void SpecBackend::Core::answer_locked(std::unique_lock<std::mutex>& lk, const fs
   ++open.entries;
   ++stats.entries;
   if (!write_only(request)) {
-    const double estimate = options.read_only ? read_only_us : ordered_us;
+    const double estimate = !options.read_only ? ordered_us
+                            : reads_data(request) || !recently_read_locked(request) ? read_only_us : 0.0;
     const std::uint64_t hidden = estimate > static_cast<double>(waited_us)
                                      ? static_cast<std::uint64_t>(estimate) - waited_us : 0;
     open.hidden_us += hidden;
@@ -345,6 +372,26 @@ void SpecBackend::Core::answer_locked(std::unique_lock<std::mutex>& lk, const fs
   cb.on_final(std::move(fin));
 }
 
+// A lookup or stat that a non-speculating run would have had answered by the kernel's caches: the same object or
+// name read within the mount's cache timeout (1 s). The spec session turns those caches off while speculating, so
+// each such read is an entry here, and counting each as hidden latency would overstate what speculation saves.
+bool SpecBackend::Core::recently_read_locked(const fs::Request& request) {
+  const SteadyTime now = std::chrono::steady_clock::now();
+  if (now - recent_pruned > kRecentWindow) {
+    std::erase_if(recent_reads, [&](const auto& kv) { return now - kv.second > kRecentWindow; });
+    recent_pruned = now;
+  }
+  bool all_recent = true;
+  for (const fs::Op& op : request.ops) {
+    std::string key = std::to_string(op.handle.ino) + "/" + op.name;
+    auto [it, fresh] = recent_reads.try_emplace(std::move(key), now);
+    if (!fresh && now - it->second <= kRecentWindow) continue;
+    it->second = now;
+    all_recent = false;
+  }
+  return all_recent;
+}
+
 std::vector<spec::DaemonMsg> SpecBackend::Core::advice_locked() {
   std::vector<spec::DaemonMsg> out;
   if (!speculative) return out;
@@ -352,7 +399,10 @@ std::vector<spec::DaemonMsg> SpecBackend::Core::advice_locked() {
     open.advised_hide = true;
     out.push_back(spec::Advice{spec::AdviceKind::kHideTarget, stretch});
   }
-  if (!open.advised_cap && !consensus_only && open.one_reply >= cap_locked()) {
+  // A new epoch restores the cap's allowance; worth a checkpoint only when that allowance is several predictions
+  // (at a few percent of lies the cap is 0 or 1, and the epoch goes on with consensus values instead).
+  const std::uint32_t cap = cap_locked();
+  if (!open.advised_cap && !consensus_only && cap >= kCapAdviseMin && open.one_reply >= cap) {
     open.advised_cap = true;
     out.push_back(spec::Advice{spec::AdviceKind::kPredictionCap, stretch});
   }

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "client/spec_backend.h"
@@ -77,6 +78,13 @@ struct SpecBackend::Core : std::enable_shared_from_this<SpecBackend::Core> {
   std::map<std::uint64_t, std::uint64_t> creates_by_epoch;
   bool reserving = false;
   std::string reserve_error;  // a RESERVE failed: creates fail with ENOSPC
+  // Every inode number RESERVE put into the pool, by pool index (pool_first + i): after the model drops its clean
+  // objects, those no create has taken yet (index >= pool_first + creates) are known again without a FETCH
+  // (a trace on the replicas would name the replicas' pool front, which uncommitted creates have passed).
+  std::uint64_t pool_first = 0;
+  std::vector<fs::ReservedInode> pool;
+  // Drops the model's clean objects, then puts back what is still true of the pool.
+  void drop_clean_locked();
 
   // ---- non-speculative requests ----
   struct Plain {
@@ -126,6 +134,13 @@ struct SpecBackend::Core : std::enable_shared_from_this<SpecBackend::Core> {
                      fs::Request entry, const fs::Result& result, std::uint64_t need, std::uint64_t waited_us,
                      Callbacks& cb);
   std::vector<spec::DaemonMsg> advice_locked();
+  bool recently_read_locked(const fs::Request& request);
+  std::unordered_map<std::string, SteadyTime> recent_reads;  // metadata reads counted as hidden, by object/name
+  SteadyTime recent_pruned{};
+  // FETCH of what an entry's execution lacks: its trace while that brings new facts, then the keys still missing
+  // (a trace runs on the replicas' state, which the tree's uncommitted changes have left behind).
+  fs::Request fetch_request_locked(std::uint32_t round, const fs::Request& entry, const std::vector<fs::ObjectKey>& missing,
+                                   bool repeated);
   void run_speculative(std::unique_lock<std::mutex>& lk, const fs::Request& request, const SubmitOptions& options,
                        Callbacks& cb);
   void submit_plain_locked(Plain p);

@@ -152,7 +152,7 @@ std::optional<spec::Sealed> SpecBackend::seal(const spec::Seal& s) {
   c.speculative = s.next == spec::Next::kSpeculative;
   // Non-speculative requests changed the replicas behind the model's back: it starts empty (§6.10).
   if (c.speculative && !was_speculative && c.plain_since_spec) {
-    c.model.drop_clean();
+    c.drop_clean_locked();
     c.plain_since_spec = false;
   }
   c.consensus_only = false;
@@ -209,7 +209,7 @@ spec::WindowClosed SpecBackend::restored(const spec::Restored& r) {
   Core& c = *core_;
   std::lock_guard<std::mutex> lock(c.mu);
   c.window = false;
-  c.model.drop_clean();
+  c.drop_clean_locked();
   c.speculative = r.next == spec::Next::kSpeculative;
   c.open = Core::Open{};
   // What the restore itself changed (CRIU recreating an open-unlinked file) must apply before anything the

@@ -35,8 +35,10 @@ void Policy::on_waits(std::uint64_t now_us, std::uint64_t, std::uint64_t hideabl
 
 void Policy::on_tree_memory(std::uint64_t bytes) { memory_bytes_ = bytes; }
 
-void Policy::on_checkpoint(std::uint64_t, std::uint64_t dump_us) {
-  dump_us_smoothed_ = dump_us_smoothed_ == 0 ? dump_us : (3 * dump_us_smoothed_ + dump_us) / 4;
+void Policy::on_checkpoint(std::uint64_t, std::uint64_t dump_us, bool closed_speculative) {
+  if (closed_speculative) {
+    dump_us_smoothed_ = dump_us_smoothed_ == 0 ? dump_us : (3 * dump_us_smoothed_ + dump_us) / 4;
+  }
   last_dump_us_ = dump_us;
   advised_ = false;
 }

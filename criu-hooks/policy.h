@@ -4,8 +4,8 @@
 // SEALED, ADVICE), its own (dump and restore costs, the tree's memory) and the time, and asks what to do.
 //
 // The rule (share = --checkpoint-share, T_max = --max-epoch-ms, D = the checkpoint cost):
-//   - D is the smoothed wall time of the last dumps (the dump competes with the tree for the cores, so all of it
-//     counts); before the first dump, 15 ms plus 1 ms per MiB of the tree's resident memory;
+//   - D is the smoothed wall time of the last dumps that closed a speculative stretch (the dump competes with the
+//     tree for the cores, so all of it counts; on_checkpoint says why the others are left out); before the first, 15 ms plus 1 ms per MiB of the tree's resident memory;
 //   - start (or keep) speculating when lambda * T_max >= D / share, lambda being the latency per second that
 //     speculation hides: from WAITS (what would have been hidden) over the last 2 s before starting, from the
 //     sealed epochs' hidden latency while speculating;
@@ -62,8 +62,12 @@ class Policy {
   void on_waits(std::uint64_t now_us, std::uint64_t waited_us, std::uint64_t hideable_us);
   // The tree's resident memory, for the cost of a checkpoint before the first one is measured.
   void on_tree_memory(std::uint64_t bytes);
-  // A checkpoint took `dump_us` of wall time; it begins a new epoch at `now_us`.
-  void on_checkpoint(std::uint64_t now_us, std::uint64_t dump_us);
+  // A checkpoint took `dump_us` of wall time; it begins a new epoch at `now_us`. `closed_speculative`: the stretch
+  // it closed speculated. One that did not is left out of D: while the tree does not speculate, what CRIU does on
+  // the mount during the dump (its parasite's scratch directory in each task's working directory) waits for
+  // agreement, which makes that dump several times dearer across a WAN than the ones that follow
+  // (docs/SPECULATION.md §17); its cost still counts against the epoch it began.
+  void on_checkpoint(std::uint64_t now_us, std::uint64_t dump_us, bool closed_speculative = true);
   // The open epoch was sealed (its SEALED reply): it ran `duration_us` and hid `hidden_us`.
   void on_sealed(std::uint64_t duration_us, std::uint64_t hidden_us);
   // ADVICE(hide target, cap or log) for the open epoch: end it at the next opportunity.

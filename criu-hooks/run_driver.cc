@@ -403,6 +403,7 @@ std::string RunDriver::take_checkpoint() {
     return ctl_->send(spec::Abort{k});
   }
   const std::uint64_t now = now_us();
+  const bool closed_speculative = speculative_;
   if (speculative_) {
     sealed_.push_back(k);
     policy_.on_sealed(now - open_since_us_, sealed.hidden_us);
@@ -418,7 +419,7 @@ std::string RunDriver::take_checkpoint() {
   began_us_[next] = now;
   dumped_ = true;
   last_image_bytes_ = cost.image_bytes;
-  policy_.on_checkpoint(now, cost.wall_us);
+  policy_.on_checkpoint(now, cost.wall_us, closed_speculative);
   switch_mode(Mode::kSpeculating);
   stats_.checkpoints.push_back({next, cost.wall_us, cost.frozen_us, cost.freezing_us, cost.frozen_work_us,
                                 cost.seal_us, cost.image_bytes});
