@@ -5,7 +5,8 @@
 //
 // The rule (share = --checkpoint-share, T_max = --max-epoch-ms, D = the checkpoint cost):
 //   - D is the smoothed wall time of the last dumps that closed a speculative stretch (the dump competes with the
-//     tree for the cores, so all of it counts; on_checkpoint says why the others are left out); before the first, 15 ms plus 1 ms per MiB of the tree's resident memory;
+//     tree for the cores, so all of it counts; on_checkpoint says why the others are left out); before the first,
+//     15 ms plus 1 ms per MiB of the tree's resident memory;
 //   - start (or keep) speculating when lambda * T_max >= D / share, lambda being the latency per second that
 //     speculation hides: from WAITS (what would have been hidden) over the last 2 s before starting, from the
 //     sealed epochs' hidden latency while speculating;
