@@ -206,12 +206,16 @@ struct FuseClient::Impl {
   double attr_timeout() const { return zero_timeouts.load() ? 0.0 : opt.attr_timeout_s; }
   double entry_timeout() const { return zero_timeouts.load() ? 0.0 : opt.entry_timeout_s; }
   double negative_timeout() const { return zero_timeouts.load() ? 0.0 : opt.negative_timeout_s; }
-  // With track_entries (the spec session), every (parent, name) the kernel was allowed to cache is remembered, so
-  // that they can all be dropped when speculation starts or rolls back (SpecSession::invalidate_entries).
+  // With track_entries (the spec session), every (parent, name) the kernel may hold a valid dentry for is
+  // remembered: names it was allowed to cache (note_entry), and both names of every rename and the name of every
+  // removal (note_name: the kernel moves a cached dentry to a rename's target with the time it was cached for).
+  // A rollback drops them all (SpecSession::invalidate_entries); dropping them when speculation starts instead
+  // would unhash the dentries of files the tree holds open, which CRIU then takes for deleted files.
   bool track_entries = false;
   std::mutex entries_mu;
   std::set<std::pair<FuseIno, std::string>> cached_entries;  // guarded by entries_mu
   void note_entry(FuseIno parent, const std::string& name);
+  void note_name(FuseIno parent, const std::string& name);
   NodeTable table{kRootHandle};  // thread-safe itself
   Backend* backend = nullptr;    // set by serve() before the loop starts
   fuse_session* se = nullptr;
@@ -321,6 +325,12 @@ struct FuseClient::Impl {
   void readlink(fuse_req_t req, FuseIno id);
   // Valid replies: statfs, err.
   void statfs(fuse_req_t req);
+  // The spec session answers statfs from a result younger than this (0: never): CRIU asks for every descriptor
+  // of every task at each checkpoint, and the counts are advisory (SpecBackend never logs a STATFS).
+  double statfs_cache_s = 0;
+  std::mutex statfs_mu;
+  std::optional<std::chrono::steady_clock::time_point> statfs_time;  // guarded by statfs_mu
+  fs::StatFs statfs_last;                                              // guarded by statfs_mu
   // Valid replies: err (0: granted).
   void access(fuse_req_t req, FuseIno id, int mask);
   // Fills the SETATTR `op` with what `to_set` asks of `attr` (its mask; a GETATTR if nothing the wire sets).

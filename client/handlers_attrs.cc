@@ -153,12 +153,25 @@ void FuseClient::Impl::readlink(fuse_req_t req, FuseIno id) {
 }
 
 void FuseClient::Impl::statfs(fuse_req_t req) {
-  fs::Op op = make_op(OpCode::kStatfs, cred_of(req));
-  op.handle = kRootHandle;
-  InterruptScope scope(req, table, stopping, ignore_interrupts);
-  CallResult r = call(&scope, single(std::move(op)), true);
-  if (r.err != 0) return (void)freply_err(req, r.err);
-  const fs::StatFs& s = r.result.results[0].statfs;
+  fs::StatFs s;
+  const auto now = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> cached(statfs_mu);
+  if (statfs_cache_s > 0 && statfs_time && std::chrono::duration<double>(now - *statfs_time).count() < statfs_cache_s) {
+    s = statfs_last;
+    cached.unlock();
+  } else {
+    cached.unlock();
+    fs::Op op = make_op(OpCode::kStatfs, cred_of(req));
+    op.handle = kRootHandle;
+    InterruptScope scope(req, table, stopping, ignore_interrupts);
+    CallResult r = call(&scope, single(std::move(op)), true);
+    if (r.err != 0) return (void)freply_err(req, r.err);
+    s = r.result.results[0].statfs;
+    cached.lock();
+    statfs_last = s;
+    statfs_time = now;
+    cached.unlock();
+  }
   struct statvfs v {};
   v.f_bsize = s.bsize;
   v.f_frsize = s.bsize;

@@ -13,7 +13,11 @@
 namespace bftfs::client {
 
 void FuseClient::Impl::note_entry(FuseIno parent, const std::string& name) {
-  if (!track_entries || entry_timeout() <= 0) return;
+  if (entry_timeout() > 0) note_name(parent, name);
+}
+
+void FuseClient::Impl::note_name(FuseIno parent, const std::string& name) {
+  if (!track_entries) return;
   std::lock_guard<std::mutex> lock(entries_mu);
   cached_entries.emplace(parent, name);
 }
@@ -134,6 +138,7 @@ void FuseClient::Impl::link(fuse_req_t req, FuseIno id, FuseIno newparent, const
 }
 
 void FuseClient::Impl::unlink(fuse_req_t req, FuseIno parent, const char* name) {
+  note_name(parent, name);
   const auto dir = handle_of(parent);
   if (!dir) return (void)freply_err(req, ESTALE);
   const fs::Cred cred = cred_of(req, {gid_of(parent)});
@@ -154,6 +159,7 @@ void FuseClient::Impl::unlink(fuse_req_t req, FuseIno parent, const char* name) 
 }
 
 void FuseClient::Impl::rmdir(fuse_req_t req, FuseIno parent, const char* name) {
+  note_name(parent, name);
   const auto dir = handle_of(parent);
   if (!dir) return (void)freply_err(req, ESTALE);
   fs::Op op = make_op(OpCode::kRmdir, cred_of(req, {gid_of(parent)}));
@@ -168,6 +174,9 @@ void FuseClient::Impl::rmdir(fuse_req_t req, FuseIno parent, const char* name) {
 void FuseClient::Impl::rename(fuse_req_t req, FuseIno parent, const char* name, FuseIno newparent,
                               const char* newname, unsigned flags) {
   if ((flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) != 0) return (void)freply_err(req, EINVAL);
+  // The kernel moves the source's dentry to the new name with the time it was cached for: both names go.
+  note_name(parent, name);
+  note_name(newparent, newname);
   const auto from = handle_of(parent);
   const auto to = handle_of(newparent);
   if (!from || !to) return (void)freply_err(req, ESTALE);

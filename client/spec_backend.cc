@@ -441,6 +441,15 @@ std::uint64_t SpecBackend::submit(const fs::Request& request, const SubmitOption
     c.submit_plain_locked(Core::Plain{tag, request, options, std::move(callbacks)});
     return tag;
   }
+  // Free-space counts are advisory and change with every other client's write: a STATFS is read from the
+  // replicas as it is (the read-only optimization), never predicted, logged or checked.
+  if (request.ops.size() == 1 && request.ops[0].code == fs::OpCode::kStatfs) {
+    lk.unlock();
+    SubmitOptions so;
+    so.read_only = true;
+    (void)c.relay.submit(request, so, std::move(callbacks));
+    return tag;
+  }
   c.run_speculative(lk, request, options, callbacks);
   return tag;
 }

@@ -176,14 +176,11 @@ spec::DaemonMsg SpecRun::prepare(const spec::Prepare& p) {
 
 spec::DaemonMsg SpecRun::seal(const spec::Seal& s) {
   session_->flush_writes();
-  const bool was_speculative = backend_->speculative();
   std::optional<spec::Sealed> r = backend_->seal(s);
   if (!r) return fatal("SEAL of stretch " + std::to_string(s.epoch) + ", which is not the open one");
   const bool speculative = s.next == spec::Next::kSpeculative;
   session_->set_synchronous_writes(speculative);
   session_->set_zero_timeouts(speculative);
-  // Names cached while not speculating must not outlive a rollback of what follows: the tree is frozen now.
-  if (speculative && !was_speculative) session_->invalidate_entries();
   return *r;
 }
 

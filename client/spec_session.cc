@@ -59,6 +59,7 @@ std::string SpecSession::start(UniqueFd fuse, const MountOptions& base, Backend&
   FuseClient::Impl& impl = *st.impl;
   impl.ignore_interrupts = true;
   impl.track_entries = true;
+  impl.statfs_cache_s = 2.0;
   impl.backend = &backend;
   std::vector<std::string> argv_s = {"bftfs-spec"};
   std::vector<char*> argv;

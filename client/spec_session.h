@@ -7,7 +7,7 @@
 // - while the run speculates, write() is synchronous (each write is an entry before it is answered);
 // - while the run speculates, attributes, names and "no such name" are not cached by the kernel (timeouts 0):
 //   every lookup and stat of the tree is answered by the model and logged, and a rollback needs to drop only the
-//   kernel's pages and attributes and the names cached before speculation started (invalidate_all); while it
+//   kernel's pages and attributes and the names it may still hold from before (invalidate_all); while it
 //   does not, the mount's own timeouts apply, as on the mount's own connection.
 #pragma once
 
@@ -42,8 +42,8 @@ class SpecSession {
   void set_synchronous_writes(bool on);
   // Whether replies let the kernel cache attributes and names (not while speculating: timeouts 0).
   void set_zero_timeouts(bool on);
-  // Drops every name the kernel was allowed to cache (the switch to speculating, a rollback): afterwards each of
-  // the tree's lookups reaches this session. Only while no task of the tree runs.
+  // Drops every name the kernel may hold a valid dentry for (a rollback): afterwards each of the tree's lookups
+  // reaches this session. Only while no task of the tree runs (it unhashes the dentries of open files).
   void invalidate_entries();
   // Sends every staged write now and waits until no write-behind request is in flight.
   void flush_writes();
