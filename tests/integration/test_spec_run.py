@@ -111,30 +111,33 @@ def spec_ready(bftfs_bin: Path) -> Path:
 
 
 @contextlib.contextmanager
-def site(bftfs: Path, corrupt: float) -> Iterator[SpecSite]:
+def site(bftfs: Path, corrupt: float, session: pytest.Session | None = None) -> Iterator[SpecSite]:
+    """A SpecSite up for the `with` block. Its directory (cluster and mount logs, each run's --trace and
+    --stats-json) is removed afterwards unless the block failed or, with `session`, a test failed meanwhile."""
     top = Path(tempfile.mkdtemp(prefix="bftfs-spec-", dir="/tmp"))
+    failures_before = session.testsfailed if session is not None else 0
     failed = True
     try:
         with SpecSite(bftfs, top, corrupt).up() as s:
             yield s
-        failed = False
+        failed = session is not None and session.testsfailed > failures_before
     finally:
         if failed:
-            print(f"kept {top} (cluster and mount logs)")
+            print(f"kept {top} (cluster and mount logs, traces and stats)")
         else:
             shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def reference(spec_ready: Path) -> Iterator[SpecSite]:
+def reference(spec_ready: Path, request) -> Iterator[SpecSite]:
     """The fault-free cluster (same topology, no lies) the programs' reference runs use."""
-    with site(spec_ready, 0.0) as s:
+    with site(spec_ready, 0.0, request.session) as s:
         yield s
 
 
 @pytest.fixture(scope="module", params=LIE_RATES, ids=[f"lies{r:g}" for r in LIE_RATES])
 def lying(spec_ready: Path, request) -> Iterator[SpecSite]:
-    with site(spec_ready, request.param) as s:
+    with site(spec_ready, request.param, request.session) as s:
         yield s
 
 
