@@ -400,16 +400,39 @@ def test_spec_run_speculates_on_the_wan_cluster(reference, outside_dir):
     assert "epochs       " in got.err() and "checkpoints  " in got.err()
 
 
+READER = r"""#!/bin/sh
+# Reads files that existed before the run (unknown to the spec session's model: each read is a FETCH, and the
+# primary's early reply to it, when the relay orders it, is a 1-reply prediction), logging each on the mount.
+i=1
+while [ $i -le 40 ]; do
+  md5sum < "../inputs/s$i"
+  echo "read $i" >> rlog.txt
+  i=$((i + 1))
+done
+"""
+
+
+def make_inputs(s: SpecSite) -> None:
+    d = s.mount.mountpoint / "inputs"
+    if d.exists():
+        return
+    d.mkdir()
+    for i in range(1, 41):
+        (d / f"s{i}").write_text(f"input {i} " + " ".join(str(k) for k in range(i)) + "\n")
+
+
 @rollbacks_not_reliable_yet
 def test_spec_run_rolls_back_when_the_primary_always_lies(reference, outside_dir):
-    """With every early reply wrong, the 1-reply predictions fail: `--stats-json` lists rollbacks with their
-    restore times, and the result is still the fault-free one."""
-    prog = script(outside_dir, "worker.sh", WORKER)
-    want, want_tree = reference_run(reference, "worker", prog, under_run=False)
+    """With every early reply wrong, the 1-reply predictions that used one fail at their epoch's replay:
+    `--stats-json` lists rollbacks with their restore times, and the result is still the fault-free one."""
+    prog = script(outside_dir, "reader.sh", READER)
+    make_inputs(reference)
+    want, want_tree = reference_run(reference, "reader", prog, under_run=False)
     with site(reference.bftfs, 1.0) as liar:
-        got = liar.run("worker", prog, under_run=True)
+        make_inputs(liar)
+        got = liar.run("reader", prog, under_run=True)
         equal_runs(got, want)
-        same_tree(liar, "worker", want_tree)
+        same_tree(liar, "reader", want_tree)
     s = stats_summary(got.stats)
     assert s["rollbacks"], f"{s}\n{got.err()}"
     assert all(r["restore_ms"] > 0 for r in s["rollbacks"])
