@@ -22,7 +22,8 @@ constexpr std::uint32_t kFirstReplyRounds = 2;   // FETCH rounds of one request 
 constexpr std::uint32_t kFetchRoundsMax = 16;    // then the request fails with EIO (the relay keeps refusing)
 constexpr std::size_t kComparedMax = 1000;       // first replies the cap's lie rate is measured over (§6.5)
 constexpr std::uint32_t kCapMax = 64;
-constexpr std::uint32_t kCapAdviseMin = 8;  // ADVICE(cap) only for a cap of at least this many predictions
+constexpr std::uint32_t kCapAdviseMin = 8;
+constexpr std::size_t kLogWaitFactor = 2;  // tree requests wait for a seal past this many times the log bound  // ADVICE(cap) only for a cap of at least this many predictions
 constexpr double kSmoothing = 0.1;               // weight of a new latency sample
 constexpr std::uint64_t kFutureSlackNs = 1'000'000'000;  // seen times further ahead of the clock are ignored
 constexpr auto kClosedPoll = std::chrono::milliseconds(100);
@@ -300,13 +301,35 @@ void SpecBackend::Core::run_speculative(std::unique_lock<std::mutex>& lk, const 
   std::uint32_t rounds = 0;
   std::vector<fs::ObjectKey> last_missing;
   for (;;) {
-    if (closed.load() || generation != gen || rounds > kFetchRoundsMax) {
-      const bool dead = generation != gen;
+    // A wait below must never hold a task of a tree that is about to be killed (failure_reported): the kernel
+    // cannot abandon a FUSE request the daemon has read, even for SIGKILL, so the kill would never complete.
+    const bool must_wait = !window && ((!dumping && log.open_entries() >= kLogWaitFactor * opt.log_entries_max) ||
+                                       (need > 0 && reserved - creates < need && reserve_error.empty()));
+    if (closed.load() || generation != gen || rounds > kFetchRoundsMax || (must_wait && failure_reported)) {
+      const bool dead = generation != gen || failure_reported;
       lk.unlock();
       cb.on_final(refused(dead ? "rolled back" : closed.load() ? "the run ended" : "FETCH keeps failing"));
       return;
     }
-    if (!speculative && !window) return submit_plain_locked(Plain{next_tag++, request, options, std::move(cb)});
+    if (!speculative && !window) {
+      submit_plain_locked(Plain{next_tag++, request, options, std::move(cb)});
+      lk.unlock();
+      answer_refused();
+      return;
+    }
+    if (!window && log.open_entries() + 1 >= fs::kEntriesMax) {
+      // The batch cannot take more (EpochLog's limit): a dump is under way and will seal it, or nothing will.
+      lk.unlock();
+      cb.on_final(refused("the epoch's log is full"));
+      return;
+    }
+    if (!window && !dumping && log.open_entries() >= kLogWaitFactor * opt.log_entries_max) {
+      // Far past the advised bound (§6.11): wait for the seal. Not during a dump, whose freeze could not reach a
+      // task held here; the advice went out at 3/4 of the bound, so the supervisor is checkpointing.
+      emit_unlocked(lk, advice_locked());
+      cv.wait(lk);
+      continue;
+    }
     if (need > 0 && reserved - creates < need && reserve_error.empty()) {
       ensure_pool_locked();
       cv.wait(lk);
@@ -417,6 +440,10 @@ std::vector<spec::DaemonMsg> SpecBackend::Core::advice_locked() {
 // ---- non-speculative requests (§6.10) ----
 
 void SpecBackend::Core::submit_plain_locked(Plain p) {
+  if (failure_reported) {
+    refused_plain.push_back(std::move(p));
+    return;
+  }
   if (!sealed.empty() || !plain_queue.empty()) {
     plain_queue.push_back(std::move(p));
     return;
@@ -459,6 +486,13 @@ void SpecBackend::Core::plain_final(std::uint64_t tag, SteadyTime start, bool re
   cv.notify_all();
 }
 
+void SpecBackend::Core::emit_unlocked(std::unique_lock<std::mutex>& lk, std::vector<spec::DaemonMsg> msgs) {
+  if (msgs.empty()) return;
+  lk.unlock();
+  emit(std::move(msgs));
+  lk.lock();
+}
+
 void SpecBackend::Core::emit(std::vector<spec::DaemonMsg> msgs) {
   if (msgs.empty()) return;
   SpecEventSink sink;
@@ -489,6 +523,8 @@ std::uint64_t SpecBackend::submit(const fs::Request& request, const SubmitOption
   }
   if (!c.speculative && !c.window) {
     c.submit_plain_locked(Core::Plain{tag, request, options, std::move(callbacks)});
+    lk.unlock();
+    c.answer_refused();
     return tag;
   }
   // Free-space counts are advisory and change with every other client's write: a STATFS is read from the

@@ -75,6 +75,8 @@ class SpecBackend final : public Backend {
   // SEAL: closes stretch `s.epoch` (a speculative one becomes a batch) and opens the next in mode `s.next`.
   // Nullopt if `s.epoch` is not the open stretch.
   std::optional<spec::Sealed> seal(const spec::Seal& s);
+  // ABORT: the dump announced by PREPARE failed.
+  void abort();
   // FINISH: the tree's root ended; a speculative open stretch is sealed and the mode turns non-speculative.
   void finish();
   // ROLLBACK: the failed epoch `r.epoch` (the one FAILED named) and every later one are undone in the model;

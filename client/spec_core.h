@@ -71,6 +71,8 @@ struct SpecBackend::Core : std::enable_shared_from_this<SpecBackend::Core> {
   };
   std::deque<Sealed> sealed;
   bool failure_reported = false;  // FAILED(sealed.front()) was sent; waiting for ROLLBACK
+  // Between PREPARE and SEAL or ABORT: a dump is freezing the tree, so no request may wait for a seal.
+  bool dumping = false;
 
   // ---- the stream's pool of inode numbers (§5.6) ----
   std::uint64_t reserved = 0;  // inode numbers RESERVE put into the pool
@@ -94,6 +96,10 @@ struct SpecBackend::Core : std::enable_shared_from_this<SpecBackend::Core> {
     Callbacks callbacks;
   };
   std::deque<Plain> plain_queue;                 // waiting for the sealed epochs to commit
+  // Refused because an epoch before them failed (the tree is about to be killed, and a FUSE request the daemon
+  // has read cannot be abandoned by the kernel, even for SIGKILL): answered once `mu` is released.
+  std::deque<Plain> refused_plain;
+  void answer_refused();  // unlocked
   std::map<std::uint64_t, std::uint64_t> plain_tags;  // in flight: our tag -> the relay's
   std::uint64_t next_tag = 1;
 
@@ -158,6 +164,8 @@ struct SpecBackend::Core : std::enable_shared_from_this<SpecBackend::Core> {
   std::vector<spec::DaemonMsg> verdicts_locked();
   void flush_plain_locked();
   void emit(std::vector<spec::DaemonMsg> msgs);
+  // emit() with `lk` released meanwhile.
+  void emit_unlocked(std::unique_lock<std::mutex>& lk, std::vector<spec::DaemonMsg> msgs);
 };
 
 // The one OpResult of a stream op's final, if it executed without an errno.

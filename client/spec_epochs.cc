@@ -79,6 +79,16 @@ void SpecBackend::Core::epoch_final(std::uint64_t epoch, const Final& f) {
     cv.notify_all();
   }
   emit(std::move(out));
+  answer_refused();
+}
+
+void SpecBackend::Core::answer_refused() {
+  std::deque<Plain> refused;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    refused.swap(refused_plain);
+  }
+  for (Plain& p : refused) p.callbacks.on_final(refused_final("an earlier epoch failed: the tree is rolled back"));
 }
 
 // An epoch's verdict means something only once every epoch before it committed (§6.8). A CHAIN verdict whose
@@ -93,6 +103,8 @@ std::vector<spec::DaemonMsg> SpecBackend::Core::verdicts_locked() {
     if (!applied) {
       if (!failure_reported) {
         failure_reported = true;
+        for (Plain& p : plain_queue) refused_plain.push_back(std::move(p));
+        plain_queue.clear();
         ++stats.failed;
         if (s.internal) {
           out.push_back(spec::Fatal{"the restore's own changes did not apply: " + failure_of(s).detail});
@@ -137,12 +149,15 @@ void SpecBackend::prepare(const spec::Prepare& p) {
   std::unique_lock<std::mutex> lk(c.mu);
   c.hide_target_us = p.hide_target_us;
   c.cv.wait(lk, [&] { return c.closed.load() || (c.plain_queue.empty() && c.plain_tags.empty()); });
+  c.dumping = true;
+  c.cv.notify_all();
 }
 
 std::optional<spec::Sealed> SpecBackend::seal(const spec::Seal& s) {
   Core& c = *core_;
   std::lock_guard<std::mutex> lock(c.mu);
   if (s.epoch != c.stretch || c.window) return std::nullopt;
+  c.dumping = false;
   spec::Sealed reply{s.epoch, c.open.entries, c.open.one_reply, c.open.hidden_us,
                      static_cast<std::uint64_t>(c.log.open_bytes())};
   const bool was_speculative = c.speculative;
@@ -159,6 +174,12 @@ std::optional<spec::Sealed> SpecBackend::seal(const spec::Seal& s) {
   c.open = Core::Open{};
   c.cv.notify_all();
   return reply;
+}
+
+void SpecBackend::abort() {
+  Core& c = *core_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.dumping = false;
 }
 
 void SpecBackend::finish() {

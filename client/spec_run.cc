@@ -113,6 +113,7 @@ std::optional<spec::DaemonMsg> SpecRun::handle(const spec::SupervisorMsg& m, Uni
   if (const auto* p = std::get_if<spec::Prepare>(&m)) return prepare(*p);
   if (const auto* s = std::get_if<spec::Seal>(&m)) return seal(*s);
   if (std::holds_alternative<spec::Abort>(m)) {
+    backend_->abort();
     session_->set_synchronous_writes(backend_->speculative());
     return std::nullopt;
   }
