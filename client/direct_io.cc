@@ -60,34 +60,16 @@ void FuseClient::Impl::write_direct(fuse_req_t req, FuseIno id, const fs::Handle
   // Dirty pages of a shared mapping of this range become WRITEs before this one, so the direct write lands
   // over them and not under them (kernels since 6.6 do this themselves for FOPEN_DIRECT_IO; older ones not).
   if (!append && size > 0) invalidate_range(id, off, size);
-  const fs::Cred cred = io_cred(of, id, 2);
-  size_t done = 0;
   std::uint64_t landed = off;  // where the data went (an append: where the service's end was)
-  do {
-    const size_t n = std::min<size_t>(fs::kIoBytesMax, size - done);
-    fs::Op op = make_op(OpCode::kWrite, cred);
-    op.handle = h;
-    op.append = append;
-    op.offset = append ? 0 : off + done;
-    op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
-                   reinterpret_cast<const std::uint8_t*>(buf) + done + n);
-    // call() sends this file's staged writes first: they execute before this one (submission order).
-    CallResult r = call(&scope, single(std::move(op)), false);
-    if (r.err != 0) {
-      if (r.err == EINTR) {
-        // The write may still execute at any later time: no cached page of the file can be trusted after
-        // it, and none at the next open.
-        table.drop_data_version(id);
-        request_inval(id);
-      }
-      if (done > 0) break;  // a short write: what was written is final
-      return (void)freply_err(req, r.err);
-    }
-    const fs::Attr& attr = r.result.results[0].attr;
-    table.update_attr(attr, r.seq);
-    if (append && done == 0) landed = attr.size >= n ? attr.size - n : 0;
-    done += n;
-  } while (done < size);
+  int err = 0;
+  const size_t done = write_final(scope, id, h, buf, size, off, of, append, landed, err);
+  if (err == EINTR) {
+    // The write may still execute at any later time: no cached page of the file can be trusted after it, and
+    // none at the next open.
+    table.drop_data_version(id);
+    request_inval(id);
+  }
+  if (done == 0 && err != 0) return (void)freply_err(req, err);
   drop_prefetch(id);
   // Pages that readers filled from the service before the write executed hold the old bytes: drop them.
   if (done > 0) invalidate_range(id, landed, done);

@@ -353,6 +353,11 @@ struct FuseClient::Impl {
   void read(fuse_req_t req, FuseIno id, size_t size, off_t off, fuse_file_info* fi);
   // Valid replies: write (always the whole size: write-behind), err.
   void write(fuse_req_t req, FuseIno id, const char* buf, size_t size, off_t off, fuse_file_info* fi);
+  // Sends [off, off + size) of `buf` as WRITEs of at most kIoBytesMax, each final before the next, and puts their
+  // attributes in the table. Returns the bytes written; `err` is the errno that stopped it (0: none), `landed`
+  // where an append's data went. Shared by direct and synchronous writes (write_sync.cc).
+  size_t write_final(InterruptScope& scope, FuseIno id, const fs::Handle& h, const char* buf, size_t size,
+                     std::uint64_t off, const OpenFile* of, bool append, std::uint64_t& landed, int& err);
   // write()'s synchronous form (synchronous_writes): each WRITE waits for its result. Valid replies: write, err.
   void write_sync(fuse_req_t req, FuseIno id, const fs::Handle& h, const char* buf, size_t size, std::uint64_t off,
                   const OpenFile* of, bool append);

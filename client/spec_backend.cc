@@ -63,19 +63,19 @@ bool reads_data(const fs::Request& r) {
   });
 }
 
-Final refused(std::string why) {
-  Final f;
-  f.status = FinalStatus::kRefused;
-  f.reason = std::move(why);
-  return f;
-}
-
 bool usable_fetch(const fs::Result& r) {
   return r.outcome == fs::Outcome::kDone && r.results.size() == 1 && r.results[0].code == fs::OpCode::kFetch &&
          r.results[0].err == 0;
 }
 
 }  // namespace
+
+Final refused(std::string why) {
+  Final f;
+  f.status = FinalStatus::kRefused;
+  f.reason = std::move(why);
+  return f;
+}
 
 fs::Op stream_op(fs::OpCode code, std::uint64_t stream) {
   fs::Op op;

@@ -171,5 +171,7 @@ struct SpecBackend::Core : std::enable_shared_from_this<SpecBackend::Core> {
 // The one OpResult of a stream op's final, if it executed without an errno.
 std::optional<fs::OpResult> stream_result(const Final& f, fs::OpCode code);
 fs::Op stream_op(fs::OpCode code, std::uint64_t stream);
+// A final for a request the engine answers without executing it (EIO to the caller), saying why.
+Final refused(std::string why);
 
 }  // namespace bftfs::client

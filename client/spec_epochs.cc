@@ -13,13 +13,6 @@ namespace bftfs::client {
 
 namespace {
 
-Final refused_final(std::string why) {
-  Final f;
-  f.status = FinalStatus::kRefused;
-  f.reason = std::move(why);
-  return f;
-}
-
 // FAILED's cause and detail for a batch that did not apply.
 spec::Failed failure_of(const SpecBackend::Core::Sealed& s) {
   spec::Failed out;
@@ -83,12 +76,12 @@ void SpecBackend::Core::epoch_final(std::uint64_t epoch, const Final& f) {
 }
 
 void SpecBackend::Core::answer_refused() {
-  std::deque<Plain> refused;
+  std::deque<Plain> queued;
   {
     std::lock_guard<std::mutex> lock(mu);
-    refused.swap(refused_plain);
+    queued.swap(refused_plain);
   }
-  for (Plain& p : refused) p.callbacks.on_final(refused_final("an earlier epoch failed: the tree is rolled back"));
+  for (Plain& p : queued) p.callbacks.on_final(refused("an earlier epoch failed: the tree is rolled back"));
 }
 
 // An epoch's verdict means something only once every epoch before it committed (§6.8). A CHAIN verdict whose
@@ -222,7 +215,7 @@ std::optional<spec::ReadyForRestore> SpecBackend::rollback(const spec::Rollback&
     c.cv.notify_all();
   }
   // Requests the killed tree made after a seal without a dump: never sent, and nobody waits for them any more.
-  for (Core::Plain& p : dropped) p.callbacks.on_final(refused_final("rolled back"));
+  for (Core::Plain& p : dropped) p.callbacks.on_final(refused("rolled back"));
   return spec::ReadyForRestore{rerun};
 }
 
@@ -298,7 +291,7 @@ void SpecBackend::close() {
     c.plain_queue.clear();
     c.cv.notify_all();
   }
-  for (Core::Plain& p : dropped) p.callbacks.on_final(refused_final("the run ended"));
+  for (Core::Plain& p : dropped) p.callbacks.on_final(refused("the run ended"));
 }
 
 }  // namespace bftfs::client

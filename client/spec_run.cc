@@ -2,6 +2,7 @@
 // turned into calls on the run's SpecBackend and SpecSession, and the run directory's life.
 #include "client/spec_run.h"
 
+#include <cerrno>
 #include <random>
 #include <utility>
 #include <variant>
@@ -27,9 +28,9 @@ fs::Op root_op(fs::OpCode code, const fs::Handle& dir, std::string name) {
 
 // The errno of a single-op request's final, or EIO when it did not execute.
 std::uint32_t err_of(const Final& f) {
-  if (f.status == FinalStatus::kRefused || f.result.results.empty()) return 5;  // EIO
+  if (f.status == FinalStatus::kRefused || f.result.results.empty()) return EIO;
   if (f.result.outcome == fs::Outcome::kDone) return 0;
-  return f.result.results.back().err != 0 ? f.result.results.back().err : 5;
+  return f.result.results.back().err != 0 ? f.result.results.back().err : EIO;
 }
 
 // The directory `name` in `dir` with `mode`, made if absent (another run may make the same one meanwhile).
@@ -39,7 +40,7 @@ std::optional<fs::Attr> ensure_dir(Backend& relay, const fs::Handle& dir, const 
   mk.mode = mode;
   Final f = call_and_wait(relay, fs::Request{{mk}}, false);
   if (err_of(f) == 0) return f.result.results[0].attr;
-  if (err_of(f) != 17) {  // EEXIST
+  if (err_of(f) != EEXIST) {  // the wire's errnos are Linux's
     why = "mkdir " + name + ": errno " + std::to_string(err_of(f));
     return std::nullopt;
   }

@@ -15,27 +15,10 @@ void FuseClient::Impl::write_sync(fuse_req_t req, FuseIno id, const fs::Handle& 
                                   std::uint64_t off, const OpenFile* of, bool append) {
   BFT_ASSERT(size <= kWriteOpsPerRequest * fs::kIoBytesMax);  // write() refused larger ones
   InterruptScope scope(req, table, stopping, ignore_interrupts);
-  const fs::Cred cred = io_cred(of, id, 2);
-  size_t done = 0;
   std::uint64_t landed = off;  // where the data went (an append: where the service's end was)
-  do {
-    const size_t n = std::min<size_t>(fs::kIoBytesMax, size - done);
-    fs::Op op = make_op(OpCode::kWrite, cred);
-    op.handle = h;
-    op.append = append;
-    op.offset = append ? 0 : off + done;
-    op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
-                   reinterpret_cast<const std::uint8_t*>(buf) + done + n);
-    CallResult r = call(&scope, single(std::move(op)), false);
-    if (r.err != 0) {
-      if (done > 0) break;  // a short write: what was written stands
-      return (void)freply_err(req, r.err);
-    }
-    const fs::Attr& attr = r.result.results[0].attr;
-    table.update_attr(attr, r.seq);
-    if (append && done == 0) landed = attr.size >= n ? attr.size - n : 0;
-    done += n;
-  } while (done < size);
+  int err = 0;
+  const size_t done = write_final(scope, id, h, buf, size, off, of, append, landed, err);
+  if (done == 0 && err != 0) return (void)freply_err(req, err);
   drop_prefetch(id);
   // An append that landed elsewhere than the kernel put it (another writer appended meanwhile): the cached
   // pages of the file are wrong. The sender holds page locks, so they are dropped by the invalidation thread.
@@ -44,6 +27,33 @@ void FuseClient::Impl::write_sync(fuse_req_t req, FuseIno id, const fs::Handle& 
     request_inval(id);
   }
   freply_write(req, done);
+}
+
+size_t FuseClient::Impl::write_final(InterruptScope& scope, FuseIno id, const fs::Handle& h, const char* buf,
+                                     size_t size, std::uint64_t off, const OpenFile* of, bool append,
+                                     std::uint64_t& landed, int& err) {
+  const fs::Cred cred = io_cred(of, id, 2);
+  size_t done = 0;
+  do {
+    const size_t n = std::min<size_t>(fs::kIoBytesMax, size - done);
+    fs::Op op = make_op(OpCode::kWrite, cred);
+    op.handle = h;
+    op.append = append;
+    op.offset = append ? 0 : off + done;
+    op.data.assign(reinterpret_cast<const std::uint8_t*>(buf) + done,
+                   reinterpret_cast<const std::uint8_t*>(buf) + done + n);
+    // call() sends this file's staged writes first: they execute before this one (submission order).
+    CallResult r = call(&scope, single(std::move(op)), false);
+    if (r.err != 0) {
+      err = r.err;
+      return done;  // what was written stands (a short write), or nothing was
+    }
+    const fs::Attr& attr = r.result.results[0].attr;
+    table.update_attr(attr, r.seq);
+    if (append && done == 0) landed = attr.size >= n ? attr.size - n : 0;
+    done += n;
+  } while (done < size);
+  return done;
 }
 
 }  // namespace bftfs::client

@@ -14,6 +14,7 @@
 
 #include "client/node_table.h"
 #include "client/write_behind.h"
+#include "test_runtime_util.h"
 
 using namespace bftfs;
 using namespace bftfs::client;
@@ -77,13 +78,7 @@ struct Fixture {
 };
 
 // Polls `done` for up to two seconds (the flusher is a thread of its own).
-bool eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 2000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return done();
-}
+bool eventually(const std::function<bool()>& done) { return bftfs::testing::wait_until(done, 2000); }
 
 }  // namespace
 

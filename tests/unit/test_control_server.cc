@@ -26,6 +26,7 @@
 #include "criu-hooks/control_client.h"
 #include "os/unique_fd.h"
 #include "spec/control_wire.h"
+#include "test_runtime_util.h"
 
 using namespace bftfs;
 using namespace bftfs::client;
@@ -127,15 +128,7 @@ ControlServer::Factory factory_for(Record& r) {
 }
 
 // Polls `pred` until it holds or 10 s pass (the things waited for happen within milliseconds).
-template <class Pred>
-bool eventually(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
+bool eventually(const std::function<bool()>& pred) { return bftfs::testing::wait_until(pred, 10000); }
 
 std::unique_ptr<criu::ControlClient> connect_client(const std::string& path) {
   std::unique_ptr<criu::ControlClient> c;

@@ -71,13 +71,15 @@ inline bool run_until(event_base* base, const std::function<bool()>& done, int t
   return done();
 }
 
-// Polls `done()` from this thread (for state owned by other threads' loops).
+// Polls `done()` from this thread (for state owned by other threads' loops). Returns as soon as `done()` is
+// true, without calling it again (a predicate may consume what it found, e.g. an event).
 inline bool wait_until(const std::function<bool()>& done, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (;;) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  return done();
 }
 
 }  // namespace bftfs::testing
