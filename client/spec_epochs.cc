@@ -203,6 +203,9 @@ std::optional<spec::ReadyForRestore> SpecBackend::rollback(const spec::Rollback&
       c.creates -= it->second;
       it = c.creates_by_epoch.erase(it);
     }
+    // The clean facts go now, before the restore window: the lie that failed the epoch is among them (a first
+    // reply's facts stay in the store), and CRIU's requests in the window would be answered from it again.
+    c.drop_clean_locked();
     dropped = std::move(c.plain_queue);
     c.plain_queue.clear();
     ++c.generation;
@@ -223,7 +226,6 @@ spec::WindowClosed SpecBackend::restored(const spec::Restored& r) {
   Core& c = *core_;
   std::lock_guard<std::mutex> lock(c.mu);
   c.window = false;
-  c.drop_clean_locked();
   c.speculative = r.next == spec::Next::kSpeculative;
   c.open = Core::Open{};
   // What the restore itself changed (CRIU recreating an open-unlinked file) must apply before anything the

@@ -205,6 +205,10 @@ std::string Boundary::enter(const BoundaryPlan& plan, std::unique_ptr<Boundary>&
   b->description_.push_back("network: loopback only");
   if (::mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) return errno_text("tmpfs on /run");
   b->description_.push_back("/run: an empty tmpfs, read-only from the first checkpoint on");
+  if (::mkdir(kInitPark, 0700) != 0) return errno_text(std::string("mkdir ") + kInitPark);
+  if (::mount("tmpfs", kInitPark, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700,size=16k,nr_inodes=4") != 0)
+    return errno_text(std::string("tmpfs on ") + kInitPark);
+  b->description_.push_back(std::string(kInitPark) + ": the init's working directory, a tmpfs of 4 inodes");
   for (const std::string& path : sockets) {
     if (::mount("/dev/null", path.c_str(), nullptr, MS_BIND, nullptr) != 0) return errno_text("mask " + path);
   }

@@ -11,7 +11,8 @@
 //   - every pathname Unix socket the host had bound outside the mount (read from /proc/net/unix before leaving
 //     the host's network namespace) has /dev/null bind-mounted over it: connect() fails with ECONNREFUSED;
 //   - /run is an empty tmpfs (CRIU caches its kernel probes in /run/criu.kdat: about 25 ms saved on every dump),
-//     made read-only after CRIU's first dump (freeze_run());
+//     made read-only after CRIU's first dump (freeze_run()); below it, kInitPark is a tiny tmpfs that stays
+//     writable, the init's working directory (tree_init_main.cc says why);
 //   - the spec session (a FUSE connection the mount's daemon serves for this run) is mounted over the mount
 //     point; in test mode the mount point may stay the directory it is, writable;
 //   - /tmp, /var/tmp and /dev/shm are bind mounts of `<mount><run_dir>/{tmp,var-tmp,shm}`, so temporary files
@@ -31,6 +32,13 @@
 #include "os/unique_fd.h"
 
 namespace bftfs::criu {
+
+// Where the tree's init waits (its working directory once it has forked the command): a tmpfs of a few inodes,
+// writable, off the mount. CRIU's parasite creates, mounts a procfs on and removes `proc.crtools` in the working
+// directory of the tree's root task at every dump (the tree sees the host's /proc, not its pid namespace's); on
+// the mount those were a MKDIR, lookups and an RMDIR on the spec session per dump, replicated requests across a
+// WAN when the stretch before the dump did not speculate (docs/SPECULATION.md §17).
+inline constexpr const char* kInitPark = "/run/bftfs-init";
 
 struct BoundaryPlan {
   std::string mount_point;  // absolute, as the host sees it: the bftfs mount (test mode: the working directory)

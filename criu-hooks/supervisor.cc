@@ -172,7 +172,7 @@ std::string Supervisor::start(const SupervisorOptions& options, const Supervisor
   // The init exists (its pid namespace named in ATTACH) before the spec session is mounted, because nothing can
   // reach the session before the daemon serves it; the init starts only once the mounts below are in place.
   PendingTree pending;
-  if (std::string err = fork_tree(kInitCopy, options.argv, options.boundary.cwd,
+  if (std::string err = fork_tree(kInitCopy, kInitPark, options.argv, options.boundary.cwd,
                                   s.channels->tree_stdio(), pending);
       !err.empty())
     return err;

@@ -63,11 +63,12 @@ std::uint64_t pid_namespace_of(pid_t pid) {
   return static_cast<std::uint64_t>(st.st_ino);
 }
 
-std::string fork_tree(const std::string& init_binary, const std::vector<std::string>& argv, const std::string& cwd,
-                      const TreeStdio& stdio, PendingTree& out) {
+std::string fork_tree(const std::string& init_binary, const std::string& park, const std::vector<std::string>& argv,
+                      const std::string& cwd, const TreeStdio& stdio, PendingTree& out) {
   BFT_ASSERT(!argv.empty());
   std::vector<char*> cargv;
   cargv.push_back(const_cast<char*>(init_binary.c_str()));
+  cargv.push_back(const_cast<char*>(park.c_str()));
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
 

@@ -37,9 +37,11 @@ struct PendingTree {
 // fds 0-2, dying with the caller (PR_SET_PDEATHSIG). It waits for release_tree(), then enters
 // `cwd` (resolved then, after the caller's mounts) and executes `init_binary` (criu-hooks/tree_init_main.cc, a
 // small static program: every task of the tree adds to the cost of each dump), which runs `argv` (argv[0] looked
-// up in PATH). The caller must be a child subreaper (the init is reparented to it) and block SIGCHLD.
-[[nodiscard]] std::string fork_tree(const std::string& init_binary, const std::vector<std::string>& argv,
-                                    const std::string& cwd, const TreeStdio& stdio, PendingTree& out);
+// up in PATH) and then waits in the directory `park` (tree_init_main.cc says why). The caller must be a child
+// subreaper (the init is reparented to it) and block SIGCHLD.
+[[nodiscard]] std::string fork_tree(const std::string& init_binary, const std::string& park,
+                                    const std::vector<std::string>& argv, const std::string& cwd,
+                                    const TreeStdio& stdio, PendingTree& out);
 
 // Starts a forked init. Sets `exec_errno` to the errno of a failed exec of the init or of the command (the tree
 // then exits at once: 127 for ENOENT, else 126; 125 if the init itself could not be executed or enter `cwd`), or

@@ -74,19 +74,61 @@ void FsService::Impl::fetch_trace(const Op& op, OpResult& out) {
   out.complete = t.complete;
 }
 
+namespace {
+
+// A directory's listing reported for a name or entry it lacks: at most this many next facts (about 100 bytes
+// each with short names), and only while the result stays this far below its cap, so that the listing never
+// makes a result incomplete.
+constexpr std::size_t kListingFactsMax = 512;
+constexpr std::size_t kListingBytesReserve = 128u * 1024;
+
+bool same_range(const ObjectKey& a, const ObjectKey& b) { return a.ino == b.ino && a.kind == b.kind; }
+
+}  // namespace
+
 void FsService::Impl::trace_get(const ObjectKey& k, const Value& v) const {
   if (!tracer->read.insert(k).second) return;
   const auto changed = tracer->initial.find(k);
   const Value& before = changed == tracer->initial.end() ? v : changed->second;
-  Fact f;
-  f.key = k;
   if (before != nullptr) {
+    Fact f;
+    f.key = k;
     f.kind = FactKind::kValue;
     f.value = *before;
-  } else {
-    f.kind = FactKind::kAbsent;
+    tracer->add(std::move(f));
+    return;
   }
-  tracer->add(std::move(f));
+  if (k.kind != Kind::kName && k.kind != Kind::kEntry) {
+    Fact f;
+    f.key = k;
+    f.kind = FactKind::kAbsent;
+    tracer->add(std::move(f));
+    return;
+  }
+  // A name or directory entry the directory lacks: a create, a rename's target, a negative lookup, a cookie
+  // being chosen. The model will ask the same of every name the tree creates in this directory next, so the
+  // gap holding `k` and the directory's listing (from its first name, or first entry, on) are reported as next
+  // facts: after one FETCH the model answers the directory's later creates and lookups itself, where facts
+  // about single keys would cost a FETCH, a round trip to the replicas, per name.
+  trace_listing(k);
+  trace_listing(ObjectKey{k.ino, k.kind, 0, {}});
+}
+
+void FsService::Impl::trace_listing(const ObjectKey& from) const {
+  std::optional<ObjectKey> cur = from;
+  for (std::size_t n = 0; cur.has_value() && same_range(*cur, from) && n < kListingFactsMax; ++n) {
+    if (tracer->bytes + kListingBytesReserve > kFetchFactBytesMax) return;
+    const std::optional<ObjectKey> next = initial_first_at_or_after(*cur);
+    if (tracer->scanned.insert(*cur).second) {
+      Fact f;
+      f.kind = FactKind::kNext;
+      f.key = *cur;
+      f.next = next;
+      tracer->add(std::move(f));
+    }
+    if (!next.has_value()) return;
+    cur = key_successor(*next);
+  }
 }
 
 void FsService::Impl::trace_scan(const ObjectKey& from, const std::optional<ObjectKey>& found) const {

@@ -231,6 +231,9 @@ struct FsService::Impl {
   void trace_scan(const ObjectKey& from, const std::optional<ObjectKey>& found) const;
   // The least key >= `from` of the state before the traced request.
   std::optional<ObjectKey> initial_first_at_or_after(const ObjectKey& from) const;
+  // Next facts from `from` on, over the state before the traced request, while the keys stay names or entries of
+  // `from`'s directory, within kListingFactsMax facts (fs_fetch.cc says why).
+  void trace_listing(const ObjectKey& from) const;
 
   // ---- fs_streams.cc ----
   std::uint32_t op_reserve(const Op& op, OpResult& out);

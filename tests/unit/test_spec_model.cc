@@ -301,6 +301,27 @@ TEST_CASE("spec a lookup that found nothing fails its epoch once another client 
   CHECK(replica.run(Request{{lookup(kRoot, "x")}}).results[0].err == err::kNoEnt);
 }
 
+TEST_CASE("spec one FETCH tells the model a directory's listing: later creates in it need none", "[spec]") {
+  Replica replica;
+  // A directory that existed before the run, with names on both sides of those the program creates.
+  for (const char* name : {"a", "m", "n5", "z"}) replica.run(Request{{create(kRoot, name)}}, kOther);
+  Speculator spec(2, bftfs::spec::kPartBytesMax);
+  spec.reserve({&replica}, 64);
+  for (int i = 0; i < 40; ++i) {
+    const Request req = bftfs::spec::with_time(Request{{create(kRoot, "n" + std::to_string(i))}}, spec.time += 1000);
+    spec.entries.push_back(bftfs::spec::build_entry(req, spec.answer(replica, req)));
+    spec.log.append(spec.entries.back());
+    if (i == 5) CHECK(spec.entries.back().expect_outcome == Outcome::kOpFailed);  // n5 exists
+  }
+  // The first create fetched its trace; every later name and cookie lay in the listing it brought, except n5,
+  // which the listing names but whose value the failed create reads.
+  CHECK(spec.fetches == 2);
+  CHECK(spec.model.store().intervals() > 0);
+  const OpResult v = replica.run1(spec.log.seal().request);
+  CHECK(v.verdict == EpochVerdict::kApplied);
+  CHECK(replica.run(Request{{lookup(kRoot, "n39")}}).results[0].err == err::kOk);
+}
+
 TEST_CASE("spec lies in fetched facts cost at most a failed epoch, never a crash or a wrong effect", "[spec]") {
   int lies = 0;
   int failed = 0;
