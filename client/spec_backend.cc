@@ -153,12 +153,12 @@ void SpecBackend::Core::note_latency_locked(bool read_only, SteadyTime start) {
   l = l == 0 ? us : (1 - kSmoothing) * l + kSmoothing * us;
 }
 
-void SpecBackend::Core::send_stream_locked(fs::Request r, std::function<void(const Final&)> then) {
+void SpecBackend::Core::send_stream_locked(fs::Request r, std::function<void(const Final&)> then, bool sample) {
   auto self = shared_from_this();
   const SteadyTime start = std::chrono::steady_clock::now();
   Callbacks cb;
-  cb.on_final = [self, start, then = std::move(then)](Final f) {
-    {
+  cb.on_final = [self, start, sample, then = std::move(then)](Final f) {
+    if (sample) {
       std::lock_guard<std::mutex> lock(self->mu);
       self->note_latency_locked(false, start);
     }
@@ -211,7 +211,7 @@ void SpecBackend::Core::ensure_pool_locked() {
       self->reserve_error = f.status == FinalStatus::kRefused ? f.reason : "RESERVE failed";
     }
     self->cv.notify_all();
-  });
+  }, true);
 }
 
 // ---- FETCH ----
@@ -396,8 +396,9 @@ void SpecBackend::Core::answer_locked(std::unique_lock<std::mutex>& lk, const fs
 }
 
 // A lookup or stat that a non-speculating run would have had answered by the kernel's caches: the same object or
-// name read within the mount's cache timeout (1 s). The spec session turns those caches off while speculating, so
-// each such read is an entry here, and counting each as hidden latency would overstate what speculation saves.
+// name read within the mount's cache timeout (1 s). The kernel caches less while the tree speculates (a rollback
+// drops its caches; a restore window runs with timeouts 0), and counting such reads as hidden latency would
+// overstate what speculation saves.
 bool SpecBackend::Core::recently_read_locked(const fs::Request& request) {
   const SteadyTime now = std::chrono::steady_clock::now();
   if (now - recent_pruned > kRecentWindow) {

@@ -154,8 +154,11 @@ struct SpecBackend::Core : std::enable_shared_from_this<SpecBackend::Core> {
   void plain_final(std::uint64_t tag, SteadyTime start, bool read_only, bool counts, const Final& f);
   void ensure_pool_locked();
   void note_latency_locked(bool read_only, SteadyTime start);
-  // Sends `r` (an ordered stream request) whose result nobody waits for but `then` (may be null).
-  void send_stream_locked(fs::Request r, std::function<void(const Final&)> then);
+  // Sends `r` (an ordered stream request: RESERVE, STAGE, EPOCH) whose result nobody waits for but `then` (may
+  // be null). `sample`: its latency updates ordered_us (a RESERVE only: a
+  // batch of a whole epoch takes longer to order and apply than the single request whose wait the model hides,
+  // and sampling batches made the hidden latency several times what a plain run waits).
+  void send_stream_locked(fs::Request r, std::function<void(const Final&)> then, bool sample = false);
 
   // ---- spec_epochs.cc ----
   void seal_locked(bool internal);

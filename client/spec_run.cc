@@ -182,7 +182,6 @@ spec::DaemonMsg SpecRun::seal(const spec::Seal& s) {
   if (!r) return fatal("SEAL of stretch " + std::to_string(s.epoch) + ", which is not the open one");
   const bool speculative = s.next == spec::Next::kSpeculative;
   session_->set_synchronous_writes(speculative);
-  session_->set_zero_timeouts(speculative);
   return *r;
 }
 
@@ -202,7 +201,7 @@ spec::DaemonMsg SpecRun::restored(const spec::Restored& r) {
   const spec::WindowClosed w = backend_->restored(r);
   session_->invalidate_all();
   session_->set_synchronous_writes(r.next == spec::Next::kSpeculative);
-  session_->set_zero_timeouts(r.next == spec::Next::kSpeculative);
+  session_->set_zero_timeouts(false);
   return w;
 }
 

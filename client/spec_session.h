@@ -5,10 +5,9 @@
 // - interrupts never end a wait: every request gets its normal answer, so a task frozen by a checkpoint inside a
 //   request freezes just after it, and a program never sees a spurious EINTR (issue item 5);
 // - while the run speculates, write() is synchronous (each write is an entry before it is answered);
-// - while the run speculates, attributes, names and "no such name" are not cached by the kernel (timeouts 0):
-//   every lookup and stat of the tree is answered by the model and logged, and a rollback needs to drop only the
-//   kernel's pages and attributes and the names it may still hold from before (invalidate_all); while it
-//   does not, the mount's own timeouts apply, as on the mount's own connection.
+// - the kernel caches attributes, names and "no such name" for the mount's own timeouts, speculating or not;
+//   the session remembers every name it let the kernel cache, and a rollback expires them all and drops every
+//   node's attributes and pages (invalidate_all). During a restore window the timeouts are 0.
 #pragma once
 
 #include <pthread.h>
@@ -40,7 +39,7 @@ class SpecSession {
 
   // Writes become synchronous (speculating) or go through write-behind (not speculating).
   void set_synchronous_writes(bool on);
-  // Whether replies let the kernel cache attributes and names (not while speculating: timeouts 0).
+  // Whether replies let the kernel cache attributes and names (not during a restore window: timeouts 0).
   void set_zero_timeouts(bool on);
   // Drops every name the kernel may hold a valid dentry for (a rollback): afterwards each of the tree's lookups
   // reaches this session. Only while no task of the tree runs (it unhashes the dentries of open files).

@@ -40,7 +40,7 @@ void Policy::on_checkpoint(std::uint64_t, std::uint64_t dump_us, bool closed_spe
     dump_us_smoothed_ = dump_us_smoothed_ == 0 ? dump_us : (3 * dump_us_smoothed_ + dump_us) / 4;
   }
   last_dump_us_ = dump_us;
-  advised_ = false;
+  advised_ = advised_hide_ = false;
 }
 
 void Policy::on_sealed(std::uint64_t duration_us, std::uint64_t hidden_us) {
@@ -48,10 +48,10 @@ void Policy::on_sealed(std::uint64_t duration_us, std::uint64_t hidden_us) {
   recent_.push_back({duration_us, hidden_us});
   while (recent_.size() > options_.judged_epochs) recent_.pop_front();
   last_dump_us_ = 0;
-  advised_ = false;
+  advised_ = advised_hide_ = false;
 }
 
-void Policy::on_advice() { advised_ = true; }
+void Policy::on_advice(bool hide_target) { (hide_target ? advised_hide_ : advised_) = true; }
 
 void Policy::on_committed(std::uint64_t now_us) {
   failures_in_a_row_ = 0;
@@ -69,7 +69,7 @@ void Policy::on_rollback(std::uint64_t now_us, std::uint64_t restore_us, std::ui
   judged_.push_back(lost);
   // The re-run starts from the failed epoch's checkpoint: no new dump begins it.
   last_dump_us_ = 0;
-  advised_ = false;
+  advised_ = advised_hide_ = false;
   judge(now_us);
 }
 
@@ -161,7 +161,9 @@ PolicyAction Policy::decide_speculating(const PolicyView& view) {
     return PolicyAction::kStop;
   }
   if (!view.tree_running) return PolicyAction::kNone;
-  const bool due = advised_ || view.now_us >= view.open_since_us + options_.max_epoch_us;
+  const std::uint64_t age = view.now_us - std::min(view.now_us, view.open_since_us);
+  const bool paid = advised_hide_ && age >= std::min(hide_target_us(), options_.max_epoch_us);
+  const bool due = advised_ || paid || age >= options_.max_epoch_us;
   if (!due) return PolicyAction::kNone;
   if (view.sealed_uncommitted >= options_.max_uncommitted) {
     reason_ = "checkpoint waits: " + std::to_string(view.sealed_uncommitted) + " sealed epochs uncommitted";
@@ -185,7 +187,9 @@ PolicyAction Policy::decide_speculating(const PolicyView& view) {
       return PolicyAction::kStop;
     }
   }
-  reason_ = advised_ ? "checkpoint: the daemon advised it" : "checkpoint: the epoch is " + ms(options_.max_epoch_us) + " old";
+  reason_ = advised_ ? "checkpoint: the daemon advised it"
+            : paid   ? "checkpoint: the epoch hid " + ms(hide_target_us()) + " and ran as long"
+                     : "checkpoint: the epoch is " + ms(options_.max_epoch_us) + " old";
   return PolicyAction::kCheckpoint;
 }
 

@@ -261,7 +261,7 @@ std::string RunDriver::handle(const spec::DaemonMsg& m) {
     if (a->kind == spec::AdviceKind::kPredictionCap) ++stats_.cap_advices;
     // Advice about an epoch that is no longer open (it raced with a seal) is moot; a full pipeline is already
     // known from the sealed epochs.
-    if (a->kind != spec::AdviceKind::kPipelineFull && speculative_ && a->epoch == open_) policy_.on_advice();
+    if (a->kind != spec::AdviceKind::kPipelineFull && speculative_ && a->epoch == open_) policy_.on_advice(a->kind == spec::AdviceKind::kHideTarget);
     return "";
   }
   if (const auto* c = std::get_if<spec::Committed>(&m)) return on_committed(c->epoch);

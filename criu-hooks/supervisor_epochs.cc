@@ -187,9 +187,11 @@ std::string Supervisor::Impl::checkpoint(EpochId id, const std::function<std::st
   }
   cost.image_bytes = image_bytes(dir.get());
   epochs.begin(std::move(record));
-  LOG_INFO("run", "checkpoint %llu: dump %llu us, frozen %llu us, images %llu bytes",
+  LOG_INFO("run", "checkpoint %llu: dump %llu us, frozen %llu us (freezing %llu, post-dump %llu, seal %llu), images %llu bytes",
            static_cast<unsigned long long>(id), static_cast<unsigned long long>(cost.wall_us),
-           static_cast<unsigned long long>(cost.frozen_us), static_cast<unsigned long long>(cost.image_bytes));
+           static_cast<unsigned long long>(cost.frozen_us), static_cast<unsigned long long>(cost.freezing_us),
+           static_cast<unsigned long long>(cost.frozen_work_us), static_cast<unsigned long long>(cost.seal_us),
+           static_cast<unsigned long long>(cost.image_bytes));
   return "";
 }
 

@@ -78,7 +78,13 @@ TEST_CASE("policy: an epoch ends at T_max or at the daemon's advice, never beyon
   CHECK(p.decide(running(100 * kMs, true, 0)) == PolicyAction::kNone);
   CHECK(p.decide(running(500 * kMs, true, 0)) == PolicyAction::kCheckpoint);
   CHECK(p.reason().find("500.0 ms old") != std::string::npos);
-  p.on_advice();
+  // The hide target (20 ms / 0.1 = 200 ms hidden) ends the epoch only once it has run as long.
+  p.on_advice(true);
+  CHECK(p.decide(running(100 * kMs, true, 0)) == PolicyAction::kNone);
+  CHECK(p.decide(running(200 * kMs, true, 0)) == PolicyAction::kCheckpoint);
+  CHECK(p.reason() == "checkpoint: the epoch hid 200.0 ms and ran as long");
+  // The prediction cap or a full log end it at once.
+  p.on_advice(false);
   CHECK(p.decide(running(100 * kMs, true, 0)) == PolicyAction::kCheckpoint);
   CHECK(p.reason() == "checkpoint: the daemon advised it");
   PolicyView full = running(600 * kMs, true, 0);
