@@ -152,7 +152,7 @@ void add_run(CLI::App& root, Commands& out) {
       ->type_name("FILE");
   app->add_flag("--no-speculate", a->no_speculate, "never checkpoint: the same boundary, every request waits");
   app->add_option("--checkpoint-share", a->checkpoint_share,
-                  "checkpoints may cost at most this share of the latency they hide")
+                  "checkpoints take at most this share of the run: an epoch runs at least the checkpoint cost / X")
       ->type_name("X")
       ->check(CLI::Range(0.001, 1.0));
   app->add_option("--max-epoch-ms", a->max_epoch_ms, "longest epoch (also bounds how long output is held)")

@@ -11,6 +11,8 @@ namespace {
 constexpr std::uint64_t kWaitsPeriodUs = 100'000;  // the daemon sends WAITS every 100 ms
 constexpr std::uint64_t kFirstDumpBaseUs = 15'000;
 constexpr std::uint64_t kFirstDumpPerMibUs = 1'000;
+// Speculation pays when an epoch of T_max hides at least this many checkpoints' cost (policy.h says why).
+constexpr double kPaysFactor = 3.0;
 
 std::string ms(std::uint64_t us) {
   char buf[32];
@@ -129,18 +131,22 @@ std::uint64_t Policy::hideable_per_s(std::uint64_t now_us) const {
   return static_cast<std::uint64_t>(static_cast<double>(sum) * 1e6 / static_cast<double>(span));
 }
 
+std::uint64_t Policy::pays_target_us() const {
+  return static_cast<std::uint64_t>(static_cast<double>(checkpoint_cost_us()) * kPaysFactor);
+}
+
 bool Policy::pays(std::uint64_t per_s) const {
   const double hidden_per_epoch = static_cast<double>(per_s) * static_cast<double>(options_.max_epoch_us) / 1e6;
-  return hidden_per_epoch >= static_cast<double>(hide_target_us());
+  return hidden_per_epoch >= static_cast<double>(pays_target_us());
 }
 
 std::string Policy::numbers(std::uint64_t per_s) const {
   const auto per_epoch =
       static_cast<std::uint64_t>(static_cast<double>(per_s) * static_cast<double>(options_.max_epoch_us) / 1e6);
-  char share[16];
-  std::snprintf(share, sizeof share, "%.2f", options_.checkpoint_share);
+  char factor[16];
+  std::snprintf(factor, sizeof factor, "%.0f", kPaysFactor);
   return ms(per_s) + "/s hidden x " + ms(options_.max_epoch_us) + " = " + ms(per_epoch) + " per epoch, against " +
-         ms(checkpoint_cost_us()) + " per checkpoint / " + share + " = " + ms(hide_target_us());
+         ms(checkpoint_cost_us()) + " per checkpoint x " + factor + " = " + ms(pays_target_us());
 }
 
 PolicyAction Policy::decide(const PolicyView& view) {

@@ -7,9 +7,12 @@
 //   - D is the smoothed wall time of the last dumps that closed a speculative stretch (the dump competes with the
 //     tree for the cores, so all of it counts; on_checkpoint says why the others are left out); before the first,
 //     15 ms plus 1 ms per MiB of the tree's resident memory;
-//   - start (or keep) speculating when lambda * T_max >= D / share, lambda being the latency per second that
+//   - start (or keep) speculating when lambda * T_max >= 3 D, lambda being the latency per second that
 //     speculation hides: from WAITS (what would have been hidden) over the last 2 s before starting, from the
-//     sealed epochs' hidden latency while speculating;
+//     sealed epochs' hidden latency while speculating. An epoch then gains at least twice what its checkpoint
+//     costs, a margin for what the estimate overstates (a make -j2's overlapping waits count twice). The
+//     earlier rule, D / share (ten times the cost), turned off a build across a WAN that hid seven times its
+//     checkpoints: 1.1 s hidden per 1 s epoch against 160 ms dumps;
 //   - end an epoch at ADVICE(prediction cap or log near full), at ADVICE(hide target D / share reached) once it
 //     has also run D / share of wall time, or after T_max; but never while 4 sealed epochs are uncommitted, the
 //     images budget is full, or input waits to be forwarded. The wall-time floor keeps checkpoints at most
@@ -92,6 +95,8 @@ class Policy {
   bool speculate_after_failure(std::uint64_t now_us);
   // What PREPARE asks the daemon to signal with ADVICE(hide target): D / share.
   std::uint64_t hide_target_us() const;
+  // What an epoch of T_max must hide for speculation to pay: 3 D.
+  std::uint64_t pays_target_us() const;
   // The checkpoint cost D now.
   std::uint64_t checkpoint_cost_us() const;
   // Latency per second speculation would hide, from the WAITS of the last window.

@@ -43,8 +43,9 @@ TEST_CASE("policy: no speculation where a checkpoint costs more than the latency
   feed_waits(p, 0, 2 * kS, 35 * kMs);
   CHECK(p.decide(running(2 * kS)) == PolicyAction::kNone);
   // The reason gives the numbers: hidden per second x T_max against the checkpoint cost over the share.
+  CHECK(p.pays_target_us() == 330 * kMs);
   CHECK(p.reason() == "not speculating: 35.0 ms/s hidden x 1000.0 ms = 35.0 ms per epoch, against 110.0 ms per "
-                      "checkpoint / 0.10 = 1100.0 ms");
+                      "checkpoint x 3 = 330.0 ms");
 }
 
 TEST_CASE("policy: speculation starts where the latency hidden pays for the checkpoints", "[criu_hooks][policy]") {
