@@ -71,10 +71,10 @@ class Policy {
   // The tree's resident memory, for the cost of a checkpoint before the first one is measured.
   void on_tree_memory(std::uint64_t bytes);
   // A checkpoint took `dump_us` of wall time; it begins a new epoch at `now_us`. `closed_speculative`: the stretch
-  // it closed speculated. One that did not is left out of D: while the tree does not speculate, what CRIU does on
-  // the mount during the dump (its parasite's scratch directory in each task's working directory) waits for
-  // agreement, which makes that dump several times dearer across a WAN than the ones that follow
-  // (docs/SPECULATION.md §17); its cost still counts against the epoch it began.
+  // it closed speculated. One that did not is left out of D: it is the run's first CRIU run or follows a pause,
+  // and it pays once what the others do not (CRIU's kernel probes, cached in /run from then on; the write-behind
+  // made final before it, across a WAN an agreement round per file); its cost still counts against the epoch it
+  // began.
   void on_checkpoint(std::uint64_t now_us, std::uint64_t dump_us, bool closed_speculative = true);
   // The open epoch was sealed (its SEALED reply): it ran `duration_us` and hid `hidden_us`.
   void on_sealed(std::uint64_t duration_us, std::uint64_t hidden_us);
