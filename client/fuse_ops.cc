@@ -1,6 +1,7 @@
 // The table of low-level operations the daemon gives libfuse (fuse_operations()): op_init chooses the kernel
 // capabilities; every other entry counts the request by kind (ClientCounters) and runs its handler on
-// FuseClient::Impl (handlers_*.cc), which replies exactly once. forget and forget_multi reply none here.
+// FuseClient::Impl (handlers_*.cc), which replies exactly once, after sending a write the spec session holds
+// (ready(); write_merge.cc). forget and forget_multi reply none here.
 #include "client/fuse_client_impl.h"
 
 namespace bftfs::client {
@@ -8,6 +9,14 @@ namespace bftfs::client {
 namespace {
 
 FuseClient::Impl* impl_of(fuse_req_t req) { return static_cast<FuseClient::Impl*>(fuse_req_userdata(req)); }
+
+// The handler's object, once a write the spec session holds (write_merge.cc) has been sent: every request after
+// a write() is handled after that write (none is held outside a spec session, and this costs one load then).
+FuseClient::Impl* ready(fuse_req_t req) {
+  FuseClient::Impl* impl = impl_of(req);
+  impl->send_merged();
+  return impl;
+}
 
 void op_init(void* userdata, fuse_conn_info* conn) {
   auto* impl = static_cast<FuseClient::Impl*>(userdata);
@@ -37,7 +46,7 @@ void op_init(void* userdata, fuse_conn_info* conn) {
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   ++impl_of(req)->stats.fuse_lookup;
-  impl_of(req)->lookup(req, parent, name);
+  ready(req)->lookup(req, parent, name);
 }
 void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t n) {
   impl_of(req)->forget(ino, n);
@@ -49,52 +58,52 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* f) {
 }
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   ++impl_of(req)->stats.fuse_getattr;
-  impl_of(req)->getattr(req, ino);
+  ready(req)->getattr(req, ino);
 }
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
   ++impl_of(req)->stats.fuse_setattr;
-  impl_of(req)->setattr(req, ino, attr, to_set);
+  ready(req)->setattr(req, ino, attr, to_set);
 }
 void op_readlink(fuse_req_t req, fuse_ino_t ino) {
   ++impl_of(req)->stats.fuse_other;
-  impl_of(req)->readlink(req, ino);
+  ready(req)->readlink(req, ino);
 }
 void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   ++impl_of(req)->stats.fuse_namespace;
-  impl_of(req)->mknod(req, parent, name, mode, rdev);
+  ready(req)->mknod(req, parent, name, mode, rdev);
 }
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   ++impl_of(req)->stats.fuse_namespace;
-  impl_of(req)->mkdir(req, parent, name, mode);
+  ready(req)->mkdir(req, parent, name, mode);
 }
 void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   ++impl_of(req)->stats.fuse_namespace;
-  impl_of(req)->unlink(req, parent, name);
+  ready(req)->unlink(req, parent, name);
 }
 void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   ++impl_of(req)->stats.fuse_namespace;
-  impl_of(req)->rmdir(req, parent, name);
+  ready(req)->rmdir(req, parent, name);
 }
 void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   ++impl_of(req)->stats.fuse_namespace;
-  impl_of(req)->symlink(req, link, parent, name);
+  ready(req)->symlink(req, link, parent, name);
 }
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
                unsigned int flags) {
   ++impl_of(req)->stats.fuse_namespace;
-  impl_of(req)->rename(req, parent, name, newparent, newname, flags);
+  ready(req)->rename(req, parent, name, newparent, newname, flags);
 }
 void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   ++impl_of(req)->stats.fuse_namespace;
-  impl_of(req)->link(req, ino, newparent, newname);
+  ready(req)->link(req, ino, newparent, newname);
 }
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   ++impl_of(req)->stats.fuse_open;
-  impl_of(req)->open(req, ino, fi);
+  ready(req)->open(req, ino, fi);
 }
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   ++impl_of(req)->stats.fuse_read;
-  impl_of(req)->read(req, ino, size, off, fi);
+  ready(req)->read(req, ino, size, off, fi);
 }
 void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
   ++impl_of(req)->stats.fuse_write;
@@ -102,44 +111,44 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_
 }
 void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   ++impl_of(req)->stats.fuse_flush;
-  impl_of(req)->flush(req, ino, fi);
+  ready(req)->flush(req, ino, fi);
 }
 void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   ++impl_of(req)->stats.fuse_release;
-  impl_of(req)->release(req, ino, fi);
+  ready(req)->release(req, ino, fi);
 }
 void op_fsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   ++impl_of(req)->stats.fuse_fsync;
-  impl_of(req)->fsync(req, ino);
+  ready(req)->fsync(req, ino);
 }
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   ++impl_of(req)->stats.fuse_other;
-  impl_of(req)->opendir(req, ino, fi);
+  ready(req)->opendir(req, ino, fi);
 }
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   ++impl_of(req)->stats.fuse_readdir;
-  impl_of(req)->readdir(req, ino, size, off, false);
+  ready(req)->readdir(req, ino, size, off, false);
 }
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   ++impl_of(req)->stats.fuse_readdir;
-  impl_of(req)->readdir(req, ino, size, off, true);
+  ready(req)->readdir(req, ino, size, off, true);
 }
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) { impl_of(req)->releasedir(req, ino); }
 void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   ++impl_of(req)->stats.fuse_fsync;
-  impl_of(req)->fsync(req, ino);
+  ready(req)->fsync(req, ino);
 }
 void op_statfs(fuse_req_t req, fuse_ino_t) {
   ++impl_of(req)->stats.fuse_other;
-  impl_of(req)->statfs(req);
+  ready(req)->statfs(req);
 }
 void op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
   ++impl_of(req)->stats.fuse_other;
-  impl_of(req)->access(req, ino, mask);
+  ready(req)->access(req, ino, mask);
 }
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
   ++impl_of(req)->stats.fuse_create;
-  impl_of(req)->create(req, parent, name, mode, fi);
+  ready(req)->create(req, parent, name, mode, fi);
 }
 
 fuse_lowlevel_ops make_ops() {

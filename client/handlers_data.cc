@@ -253,6 +253,10 @@ void FuseClient::Impl::write(fuse_req_t req, FuseIno id, const char* buf, size_t
   if (!append_mode && static_cast<std::uint64_t>(off) + size > kFileBytesMax) {
     return (void)freply_err(req, EFBIG);
   }
+  if (merges(fi, append_mode) && !is_direct_write(of, fi)) {
+    return write_merge(req, id, *h, buf, size, static_cast<std::uint64_t>(off), of);
+  }
+  send_merged();  // a write that does not join the held one comes after it
   if (is_direct_write(of, fi)) {
     return write_direct(req, id, *h, buf, size, static_cast<std::uint64_t>(off), of, append_mode);
   }

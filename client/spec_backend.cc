@@ -303,8 +303,10 @@ void SpecBackend::Core::run_speculative(std::unique_lock<std::mutex>& lk, const 
   for (;;) {
     // A wait below must never hold a task of a tree that is about to be killed (failure_reported): the kernel
     // cannot abandon a FUSE request the daemon has read, even for SIGKILL, so the kill would never complete.
-    const bool must_wait = !window && ((!dumping && log.open_entries() >= kLogWaitFactor * opt.log_entries_max) ||
-                                       (need > 0 && reserved - creates < need && reserve_error.empty()));
+    // A write never waits for a seal: the spec session sends the write it holds while holding the lock that the
+    // seal's own send of it takes (client/write_merge.cc); the bound is soft, and the advice is out.
+    const bool log_full = !dumping && !write_only(request) && log.open_entries() >= kLogWaitFactor * opt.log_entries_max;
+    const bool must_wait = !window && (log_full || (need > 0 && reserved - creates < need && reserve_error.empty()));
     if (closed.load() || generation != gen || rounds > kFetchRoundsMax || (must_wait && failure_reported)) {
       const bool dead = generation != gen || failure_reported;
       lk.unlock();
@@ -323,7 +325,7 @@ void SpecBackend::Core::run_speculative(std::unique_lock<std::mutex>& lk, const 
       cb.on_final(refused("the epoch's log is full"));
       return;
     }
-    if (!window && !dumping && log.open_entries() >= kLogWaitFactor * opt.log_entries_max) {
+    if (!window && log_full) {
       // Far past the advised bound (§6.11): wait for the seal. Not during a dump, whose freeze could not reach a
       // task held here; the advice went out at 3/4 of the bound, so the supervisor is checkpointing.
       emit_unlocked(lk, advice_locked());

@@ -121,6 +121,7 @@ std::optional<spec::DaemonMsg> SpecRun::handle(const spec::SupervisorMsg& m, Uni
   if (const auto* r = std::get_if<spec::Rollback>(&m)) return rollback(*r);
   if (const auto* r = std::get_if<spec::Restored>(&m)) return restored(*r);
   if (std::holds_alternative<spec::Finish>(m)) {
+    session_->flush_writes();  // the tree's last writes belong to its last epoch
     backend_->finish();
     session_->set_synchronous_writes(false);
     session_->set_zero_timeouts(false);

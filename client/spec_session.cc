@@ -59,6 +59,7 @@ std::string SpecSession::start(UniqueFd fuse, const MountOptions& base, Backend&
   FuseClient::Impl& impl = *st.impl;
   impl.ignore_interrupts = true;
   impl.track_entries = true;
+  impl.merge_writes = true;
   impl.statfs_cache_s = 2.0;
   impl.backend = &backend;
   std::vector<std::string> argv_s = {"bftfs-spec"};
@@ -120,6 +121,7 @@ void SpecSession::set_synchronous_writes(bool on) { s_->impl->synchronous_writes
 
 void SpecSession::flush_writes() {
   FuseClient::Impl& impl = *s_->impl;
+  impl.send_merged();
   impl.wb.kick_all();
   while (impl.wb.in_flight() > 0 && !s_->ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
@@ -146,7 +148,10 @@ void SpecSession::invalidate_entries() {
   }
 }
 
-void SpecSession::kick_writes() { s_->impl->wb.kick_all(); }
+void SpecSession::kick_writes() {
+  s_->impl->drop_merged(EIO);  // written by the tree that was just killed, in an epoch that failed
+  s_->impl->wb.kick_all();
+}
 
 void SpecSession::invalidate_all() {
   FuseClient::Impl& impl = *s_->impl;

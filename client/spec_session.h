@@ -4,7 +4,9 @@
 // the run's SpecBackend, with these differences:
 // - interrupts never end a wait: every request gets its normal answer, so a task frozen by a checkpoint inside a
 //   request freezes just after it, and a program never sees a spurious EINTR (issue item 5);
-// - while the run speculates, write() is synchronous (each write is an entry before it is answered);
+// - while the run speculates, write() is synchronous: each is an entry before it is answered, except that
+//   consecutive positional writes of a file are merged into one entry, sent before anything else
+//   (client/write_merge.cc);
 // - the kernel caches attributes, names and "no such name" for the mount's own timeouts, speculating or not;
 //   the session remembers every name it let the kernel cache, and a rollback expires them all and drops every
 //   node's attributes and pages (invalidate_all). During a restore window the timeouts are 0.
@@ -44,9 +46,10 @@ class SpecSession {
   // Drops every name the kernel may hold a valid dentry for (a rollback): afterwards each of the tree's lookups
   // reaches this session. Only while no task of the tree runs (it unhashes the dentries of open files).
   void invalidate_entries();
-  // Sends every staged write now and waits until no write-behind request is in flight.
+  // Sends the held merged write (client/write_merge.cc) and every staged write now, and waits until no
+  // write-behind request is in flight.
   void flush_writes();
-  // Sends every staged write now, without waiting.
+  // Drops the held merged write (its writer is dead: a rollback) and sends every staged write, without waiting.
   void kick_writes();
   // Drops the kernel's attributes and cached pages of every node this session ever named, and what the handlers
   // kept of them (data versions, open-time prefetches). Only while no task of the tree runs (ROLLBACK, RESTORED):

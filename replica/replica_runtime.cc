@@ -484,15 +484,21 @@ struct ReplicaRuntime::Impl {
   }
 
   // The lying primary of the PBFT-CS fault experiment: a wrong result with a matching digest, so the client
-  // can only find out from the consensus reply (§3.4).
+  // can only find out from the consensus reply (§3.4). Its replies to read-only requests lie alike: a client
+  // acts on the first one of those too (a speculating mount's FETCH, docs/SPECULATION.md §5.7), and at the
+  // primary's site the primary's is the first. Only while this replica is the primary: the others' read-only
+  // replies are the consensus a client checks the lie against.
   void corrupt_early_replies(std::uint64_t seed) {
     LOG_WARN(ctx, "fault injection: corrupting %u ppm of early replies", options.corrupt_early_replies_ppm);
     auto prng = std::make_shared<Prng>(seed ^ 0xBADC0FFEE0DDF00Dull);
     const std::uint32_t ppm = options.corrupt_early_replies_ppm;
-    replica->set_effects_filter([prng, ppm](Effects& e) {
+    Replica* self = replica.get();
+    replica->set_effects_filter([prng, ppm, self](Effects& e) {
       for (Send& s : e.sends) {
         auto* r = std::get_if<Reply>(&s.message);
-        if (r == nullptr || (r->flags & kReplySpeculative) == 0 || (r->flags & kReplyHasResult) == 0) continue;
+        if (r == nullptr || (r->flags & kReplyHasResult) == 0) continue;
+        const bool early = (r->flags & kReplySpeculative) != 0;
+        if (!early && ((r->flags & kReplyReadOnly) == 0 || !self->is_primary())) continue;
         if (r->result.empty() || prng->below(1000000) >= ppm) continue;
         r->result.back() ^= 0x5A;
         r->result_digest = digest_of(r->result);

@@ -17,8 +17,9 @@ lies in 1%, 10% or 100% of its early replies (`--corrupt-early-replies`, the rel
 These hold with or without speculation (a mount whose daemon does not serve `bftfs run` runs the command plainly);
 what they are for is the speculating mount, where the lying primary forces rollbacks. Two more tests check that
 speculation happens: committed epochs and checkpoints in `--stats-json` on the fault-free cluster, and rollbacks
-with their restore times when every early reply is a lie (xfail, not strict, until the lies reach the first
-replies that 1-reply predictions use and the policy keeps speculating at 15 ms: see rollbacks_not_reliable_yet). Timings are not asserted (`make bench-spec-run` measures).
+with their restore times when every early reply is a lie (a program reading files made before the run: each read
+is a FETCH whose first reply, the lying primary's, is a 1-reply prediction). Timings are not asserted
+(`make bench-spec-run` measures).
 
 Needs root, and CRIU for checkpoints (`make deps`); the module is skipped with the reason otherwise.
 """
@@ -44,14 +45,6 @@ LIE_RATES = (0.01, 0.1, 1.0)
 RUN_TIMEOUT_S = 180.0
 # Short epochs: the programs are small, and several epochs per run give the lying primary more to break.
 RUN_OPTIONS = ["--max-epoch-ms", "300"]
-
-# Rollbacks need a lie to reach a 1-reply prediction: `--corrupt-early-replies` corrupts only the primary's early
-# replies to ordered requests (replica/replica_runtime.cc corrupt_early_replies), and a FETCH is ordered (so that
-# its first reply is the primary's early one) only when the relay has ordered requests in flight, e.g. a batch. The
-# reader below usually meets one; when it does not, no epoch fails, which is not a fault: hence not strict.
-rollbacks_not_reliable_yet = pytest.mark.xfail(
-    strict=False, reason="a lie reaches a 1-reply prediction only when the relay orders the FETCH (a batch in "
-                         "flight), which the timing may not give")
 
 
 class SpecSite:
@@ -319,16 +312,125 @@ def test_spec_run_write_outside_the_mount_as_without_speculation(reference, lyin
 # ---------------------------------------------------------------------------------------------------------
 # (e) lines through a pipe: each seen once
 
-@rollbacks_not_reliable_yet
+STDIN_READER = r"""#!/bin/sh
+# Reads lines from stdin; for each, works on the mount and echoes it; at the end prints the log it kept.
+while IFS= read -r l; do
+  echo "$l" >> in.log
+  touch "seen-$l"
+  echo "got $l"
+done
+echo "--- log"
+cat in.log
+ls
+"""
+
+
+def test_spec_run_stdin_lines_seen_once(reference, lying, outside_dir):
+    prog = script(outside_dir, "stdin-reader.sh", STDIN_READER)
+    lines = [f"in{i}\n".encode() for i in range(10)]
+    want, want_tree = reference_run(reference, "stdin", prog, under_run=False, stdin_lines=lines, stdin_gap_s=0.1)
+    got = lying.run("stdin", prog, under_run=True, stdin_lines=lines, stdin_gap_s=0.1)
+    equal_runs(got, want)
+    expected = [f"got in{i}" for i in range(10)] + ["--- log"] + [f"in{i}" for i in range(10)]
+    assert got.text().splitlines()[:len(expected)] == expected
+    same_tree(lying, "stdin", want_tree)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# getcwd() on the mount while speculating
+
+GETCWD = r"""#!/bin/sh
+# Works on the mount (so that speculation starts), asking for its working directory as it goes, in the top
+# directory and in a subdirectory: make's `cd src && $(MAKE)` does the same.
+mkdir -p sub/deeper
+i=0
+while [ $i -lt 20 ]; do
+  echo "$i" > "n$i"
+  mv "n$i" "sub/m$i"
+  /bin/pwd -P > /dev/null || echo "pwd failed at $i"
+  (cd sub/deeper && /bin/pwd -P > /dev/null) || echo "pwd in sub/deeper failed at $i"
+  i=$((i + 1))
+done
+ls sub | wc -l
+"""
+
+
+def test_spec_run_getcwd_works_while_speculating(reference, outside_dir):
+    """A directory on the mount stays a working directory whose path the kernel can give (getcwd) across the
+    spec session's cache invalidations (when speculation starts, the names cached before are expired: invalidated,
+    a working directory's entry would be unhashed and getcwd() fail ENOENT, as the Lua build's `cd src && make`
+    did)."""
+    prog = script(outside_dir, "getcwd.sh", GETCWD)
+    want, want_tree = reference_run(reference, "getcwd", prog, under_run=False)
+    assert want.returncode == 0 and not want.stderr, want.err()
+    got = reference.run("getcwd-run", prog, under_run=True)
+    equal_runs(got, want)
+    assert hash_tree(reference.mount.mountpoint / "getcwd-run") == want_tree
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Speculation happens (needs the daemon's spec session)
+
+WORKER = r"""#!/bin/sh
+# A few seconds of file creation and renaming on the mount: latency worth hiding at 15 ms.
+i=0
+while [ $i -lt 30 ]; do
+  echo "$i" > "w$i"
+  mv "w$i" "v$i"
+  i=$((i + 1))
+done
+ls | wc -l
+"""
+
+
+def test_spec_run_speculates_on_the_wan_cluster(reference, outside_dir):
+    """On the fault-free WAN cluster `bftfs run --stats` reports committed epochs and checkpoints, and the run
+    ends with the same output and files as the plain one."""
+    prog = script(outside_dir, "worker.sh", WORKER)
+    want, want_tree = reference_run(reference, "worker", prog, under_run=False)
+    cwd = reference.workdir("worker-run")
+    stats = reference.top / "worker-run.stats.json"
+    got = run_command(run_argv(reference.bftfs, prog, stats_json=stats, extra=["--stats", *RUN_OPTIONS]), cwd,
+                      timeout_s=RUN_TIMEOUT_S, stats_json=stats)
+    assert got.returncode == 0 and got.stdout == want.stdout, got.err()
+    assert hash_tree(cwd) == want_tree
+    s = stats_summary(got.stats)
+    assert s["epochs_committed"] > 0 and s["checkpoints"] > 0, f"{s}\n{got.err()}"
+    assert "epochs       " in got.err() and "checkpoints  " in got.err()
+
+
+FILE_READER = r"""#!/bin/sh
+# Reads files that existed before the run (unknown to the spec session's model: each read is a FETCH, and the
+# primary's early reply to it, when the relay orders it, is a 1-reply prediction), logging each on the mount.
+i=1
+while [ $i -le 40 ]; do
+  md5sum < "../inputs/s$i"
+  echo "read $i" >> rlog.txt
+  i=$((i + 1))
+done
+"""
+
+
+def make_inputs(s: SpecSite) -> None:
+    d = s.mount.mountpoint / "inputs"
+    if d.exists():
+        return
+    d.mkdir()
+    for i in range(1, 41):
+        (d / f"s{i}").write_text(f"input {i} " + " ".join(str(k) for k in range(i)) + "\n")
+
+
 def test_spec_run_rolls_back_when_the_primary_always_lies(reference, outside_dir):
     """With every early reply wrong, the 1-reply predictions that used one fail at their epoch's replay:
     `--stats-json` lists rollbacks with their restore times, and the result is still the fault-free one."""
-    prog = script(outside_dir, "worker.sh", WORKER)
-    want, want_tree = reference_run(reference, "worker", prog, under_run=False)
+    prog = script(outside_dir, "reader.sh", FILE_READER)
+    make_inputs(reference)
+    want, want_tree = reference_run(reference, "reader", prog, under_run=False)
     with site(reference.bftfs, 1.0) as liar:
-        got = liar.run("worker", prog, under_run=True)
+        make_inputs(liar)
+        got = liar.run("reader", prog, under_run=True)
         equal_runs(got, want)
-        same_tree(liar, "worker", want_tree)
+        same_tree(liar, "reader", want_tree)
     s = stats_summary(got.stats)
     assert s["rollbacks"], f"{s}\n{got.err()}"
     assert all(r["restore_ms"] > 0 for r in s["rollbacks"])
