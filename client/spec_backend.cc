@@ -297,6 +297,7 @@ void SpecBackend::Core::run_speculative(std::unique_lock<std::mutex>& lk, const 
                                         const SubmitOptions& options, Callbacks& cb) {
   const std::uint64_t need = creates_of(request);
   const std::uint64_t gen = generation;
+  const bool writes = write_only(request);
   std::uint64_t waited_us = 0;
   std::uint32_t rounds = 0;
   std::vector<fs::ObjectKey> last_missing;
@@ -305,13 +306,12 @@ void SpecBackend::Core::run_speculative(std::unique_lock<std::mutex>& lk, const 
     // cannot abandon a FUSE request the daemon has read, even for SIGKILL, so the kill would never complete.
     // A write never waits for a seal: the spec session sends the write it holds while holding the lock that the
     // seal's own send of it takes (client/write_merge.cc); the bound is soft, and the advice is out.
-    const bool log_full = !dumping && !write_only(request) && log.open_entries() >= kLogWaitFactor * opt.log_entries_max;
+    const bool log_full = !dumping && !writes && log.open_entries() >= kLogWaitFactor * opt.log_entries_max;
     const bool must_wait = !window && (log_full || (need > 0 && reserved - creates < need && reserve_error.empty()));
     if (closed.load() || generation != gen || rounds > kFetchRoundsMax || (must_wait && failure_reported)) {
       const bool dead = generation != gen || failure_reported;
       lk.unlock();
-      cb.on_final(refused(dead ? "rolled back" : closed.load() ? "the run ended" : "FETCH keeps failing"));
-      return;
+      return cb.on_final(refused(dead ? "rolled back" : closed.load() ? "the run ended" : "FETCH keeps failing"));
     }
     if (!speculative && !window) {
       submit_plain_locked(Plain{next_tag++, request, options, std::move(cb)});
@@ -322,8 +322,7 @@ void SpecBackend::Core::run_speculative(std::unique_lock<std::mutex>& lk, const 
     if (!window && log.open_entries() + 1 >= fs::kEntriesMax) {
       // The batch cannot take more (EpochLog's limit): a dump is under way and will seal it, or nothing will.
       lk.unlock();
-      cb.on_final(refused("the epoch's log is full"));
-      return;
+      return cb.on_final(refused("the epoch's log is full"));
     }
     if (!window && log_full) {
       // Far past the advised bound (§6.11): wait for the seal. Not during a dump, whose freeze could not reach a
