@@ -374,7 +374,7 @@ void add_replica_options(CLI::App& app, ClusterStartArgs& a) {
   app.add_flag("--shim", a.shim, "replicas run the service behind the PBFT-CS shim");
   app.add_flag("--early-replies", a.early_replies, "PBFT-CS: the primary sends early speculative replies");
   app.add_option("--corrupt-early-replies", a.corrupt_early_replies,
-                 "fault injection: the primary corrupts this fraction of early replies")
+                 "fault injection: the primary corrupts this fraction of early and read-only replies")
       ->type_name("FRACTION")->check(fraction());
   add_log_level(app, a.log_level, "replicas' log level");
 }

@@ -93,7 +93,7 @@ void add_replica_tuning(CLI::App& app, ReplicaArgs& a) {
   app.add_flag("--early-replies", a.early_replies,
                "PBFT-CS: as primary, execute requests on receipt and send early speculative replies");
   app.add_option("--corrupt-early-replies", a.corrupt_early_replies,
-                 "fault injection: as primary, corrupt this fraction (0..1) of early replies")
+                 "fault injection: as primary, corrupt this fraction (0..1) of early and read-only replies")
       ->type_name("FRACTION")->check(fraction());
 }
 
