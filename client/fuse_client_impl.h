@@ -387,8 +387,9 @@ struct FuseClient::Impl {
   // Sends the held write, if any, and returns once it is final (its errno kept for the file's next flush).
   // Every request handler calls it first (fuse_ops.cc), so the held write precedes whatever comes after it.
   void send_merged();
-  // Drops the held write (a rollback: the tree that wrote it is gone); its errno `err` is kept for the file.
-  void drop_merged(int err);
+  // Drops the held write (a rollback: the tree that wrote it is gone, its epoch failed). No error is kept for
+  // the file: the restored tree, which writes it again, would be the one to see it.
+  void drop_merged();
   // Valid replies: err (0, or the first error of the file's writes since the last report).
   void flush(fuse_req_t req, FuseIno id, fuse_file_info* fi);
   // Valid replies: err (always 0: nobody receives it).

@@ -69,6 +69,8 @@ class SpecBackend final : public Backend {
   // RESERVE of the stream's first inode numbers, waiting for its final (HELLO: this creates the stream). Returns
   // "" or why it failed.
   [[nodiscard]] std::string start();
+  // ATTACH's --model-mb: the local model's memory bound (spec::LocalModel::set_memory_bound).
+  void set_model_bytes(std::uint64_t bytes);
   // PREPARE: the next epoch's hide target. Then waits until no non-speculative request is queued or in flight
   // (C_1 captures a tree with nothing outstanding).
   void prepare(const spec::Prepare& p);

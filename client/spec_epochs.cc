@@ -169,6 +169,12 @@ std::optional<spec::Sealed> SpecBackend::seal(const spec::Seal& s) {
   return reply;
 }
 
+void SpecBackend::set_model_bytes(std::uint64_t bytes) {
+  Core& c = *core_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.model.set_memory_bound(bytes);
+}
+
 void SpecBackend::abort() {
   Core& c = *core_;
   std::lock_guard<std::mutex> lock(c.mu);

@@ -160,8 +160,8 @@ spec::DaemonMsg SpecRun::hello() {
 }
 
 spec::DaemonMsg SpecRun::attach(const spec::Attach& a, UniqueFd fuse) {
-  (void)a;
   if (session_ != nullptr) return fatal("ATTACH twice");
+  backend_->set_model_bytes(static_cast<std::uint64_t>(a.model_mb) << 20);
   if (std::string err = SpecSession::start(std::move(fuse), mount_, *backend_, session_); !err.empty()) {
     return fatal(err);
   }

@@ -149,7 +149,7 @@ void SpecSession::invalidate_entries() {
 }
 
 void SpecSession::kick_writes() {
-  s_->impl->drop_merged(EIO);  // written by the tree that was just killed, in an epoch that failed
+  s_->impl->drop_merged();  // written by the tree that was just killed, in an epoch that failed
   s_->impl->wb.kick_all();
 }
 

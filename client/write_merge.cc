@@ -82,11 +82,11 @@ void FuseClient::Impl::send_merged_locked() {
   (void)backend->submit(single(std::move(op)), SubmitOptions{}, std::move(cb));
 }
 
-void FuseClient::Impl::drop_merged(int err) {
+void FuseClient::Impl::drop_merged() {
   std::lock_guard<std::mutex> lock(merged_mu);
   if (!merged.has_value()) return;
   for (const auto& [ticket, len] : merged->tickets) {
-    table.write_finished(merged->id, ticket, len, static_cast<std::uint32_t>(err), std::nullopt, 0);
+    table.write_finished(merged->id, ticket, len, 0, std::nullopt, 0);
   }
   merged.reset();
   merged_held.store(false);

@@ -16,6 +16,25 @@ CachingObjectStore::CachingObjectStore(std::uint64_t partitions) : partitions_(p
   BFT_ASSERT(partitions > 0);
 }
 
+namespace {
+
+std::uint64_t bytes_of(const Value& v) { return v == nullptr ? 0 : v->size(); }
+
+}  // namespace
+
+void CachingObjectStore::set_known(const ObjectKey& key, Known k) {
+  auto [it, fresh] = known_.try_emplace(key);
+  if (!fresh) value_bytes_ -= bytes_of(it->second.value);
+  value_bytes_ += bytes_of(k.value);
+  it->second = std::move(k);
+}
+
+std::map<ObjectKey, CachingObjectStore::Known>::iterator CachingObjectStore::erase_known(
+    std::map<ObjectKey, Known>::iterator it) {
+  value_bytes_ -= bytes_of(it->second.value);
+  return known_.erase(it);
+}
+
 // ---- knowledge ----
 
 std::map<ObjectKey, std::optional<ObjectKey>>::const_iterator CachingObjectStore::interval_of(
@@ -62,11 +81,11 @@ CachingObjectStore::Insert CachingObjectStore::insert(const fs::Fact& fact) {
       const auto k = known_.find(fact.key);
       if (k != known_.end()) {
         if (k->second.state != Known::State::kPresent) return Insert::kKnown;
-        k->second = Known{Known::State::kValue, fs::make_value(fact.value)};  // its value, known to exist
+        set_known(fact.key, Known{Known::State::kValue, fs::make_value(fact.value)});  // its value, known to exist
         return Insert::kKept;
       }
       if (in_interval(fact.key)) return Insert::kKnown;
-      known_.emplace(fact.key, Known{Known::State::kValue, fs::make_value(fact.value)});
+      set_known(fact.key, Known{Known::State::kValue, fs::make_value(fact.value)});
       return Insert::kKept;
     }
     case fs::FactKind::kAbsent: {
@@ -103,26 +122,42 @@ CachingObjectStore::Insert CachingObjectStore::insert_next(const fs::Fact& fact)
 
 void CachingObjectStore::replace(const ObjectKey& key, Value value) {
   if (value != nullptr) {
-    known_[key] = Known{Known::State::kValue, std::move(value)};
+    set_known(key, Known{Known::State::kValue, std::move(value)});
   } else {
-    known_[key] = Known{Known::State::kAbsent, nullptr};
+    set_known(key, Known{Known::State::kAbsent, nullptr});
   }
 }
 
 void CachingObjectStore::replace_range_absent(const ObjectKey& from, const ObjectKey& to,
                                               const std::function<bool(const ObjectKey&)>& keep) {
   for (auto it = known_.lower_bound(from); it != known_.end() && it->first < to;) {
-    it = keep(it->first) ? std::next(it) : known_.erase(it);
+    it = keep(it->first) ? std::next(it) : erase_known(it);
   }
   add_interval(from, to);
 }
 
 void CachingObjectStore::drop_except(const std::function<bool(const ObjectKey&)>& keep) {
-  for (auto it = known_.begin(); it != known_.end();) it = keep(it->first) ? std::next(it) : known_.erase(it);
+  for (auto it = known_.begin(); it != known_.end();) it = keep(it->first) ? std::next(it) : erase_known(it);
   empty_.clear();
 }
 
-void CachingObjectStore::evict(const ObjectKey& key) { known_.erase(key); }
+void CachingObjectStore::evict(const ObjectKey& key) {
+  if (const auto it = known_.find(key); it != known_.end()) erase_known(it);
+}
+
+std::size_t CachingObjectStore::evict_data(std::uint64_t target,
+                                           const std::function<bool(const ObjectKey&)>& keep) {
+  std::size_t dropped = 0;
+  for (auto it = known_.begin(); it != known_.end() && value_bytes_ > target; ++it) {
+    if (it->first.kind != fs::Kind::kData || it->second.state != Known::State::kValue || keep(it->first)) continue;
+    // Known to exist, not erased: an interval may cover the key (the block was written inside a range known
+    // empty), and erasing it would make the interval say it is absent.
+    value_bytes_ -= bytes_of(it->second.value);
+    it->second = Known{Known::State::kPresent, nullptr};
+    ++dropped;
+  }
+  return dropped;
+}
 
 bool CachingObjectStore::knows(const ObjectKey& key) const {
   const auto k = known_.find(key);
@@ -144,11 +179,11 @@ Value CachingObjectStore::get(const ObjectKey& key) const {
 
 std::uint64_t CachingObjectStore::put(const ObjectKey& key, Value value) {
   BFT_ASSERT(value != nullptr);
-  known_[key] = Known{Known::State::kValue, std::move(value)};
+  set_known(key, Known{Known::State::kValue, std::move(value)});
   return 0;
 }
 
-void CachingObjectStore::erase(const ObjectKey& key) { known_[key] = Known{Known::State::kAbsent, nullptr}; }
+void CachingObjectStore::erase(const ObjectKey& key) { set_known(key, Known{Known::State::kAbsent, nullptr}); }
 
 std::optional<ObjectKey> CachingObjectStore::first_at_or_after(const ObjectKey& from) const {
   BFT_ASSERT(fs::is_canonical(from));
@@ -209,7 +244,7 @@ std::optional<Value> CachingObjectStore::get_for_undo(const ObjectKey& key) cons
   return std::nullopt;
 }
 
-void CachingObjectStore::forget(const ObjectKey& key) { known_.erase(key); }
+void CachingObjectStore::forget(const ObjectKey& key) { evict(key); }
 
 // A model takes no checkpoints and installs nothing: FsService over a partial store never asks.
 CheckpointId CachingObjectStore::latest() const { BFT_UNREACHABLE(); }

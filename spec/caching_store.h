@@ -51,6 +51,11 @@ class CachingObjectStore final : public fs::CheckpointedStore {
   // Forgets what is known of `key` (memory pressure, or a stale fact). The caller keeps it off keys the model
   // itself changed.
   void evict(const fs::ObjectKey& key);
+  // Forgets the value of data blocks (kData) that `keep` does not name, in key order, until the values known
+  // take at most `target` bytes; each stays known to exist (a later read FETCHes it). Returns the blocks dropped.
+  std::size_t evict_data(std::uint64_t target, const std::function<bool(const fs::ObjectKey&)>& keep);
+  // The bytes of every value known (what the model's memory bound counts).
+  std::uint64_t value_bytes() const { return value_bytes_; }
   // Whether get(key) would answer without throwing, and what (tests).
   bool knows(const fs::ObjectKey& key) const;
   std::size_t known_keys() const { return known_.size(); }
@@ -101,8 +106,13 @@ class CachingObjectStore final : public fs::CheckpointedStore {
   bool add_interval(const fs::ObjectKey& from, const std::optional<fs::ObjectKey>& to);
   Insert insert_next(const fs::Fact& fact);
 
+  // Sets known_[key], keeping value_bytes_; erase_known erases it.
+  void set_known(const fs::ObjectKey& key, Known k);
+  std::map<fs::ObjectKey, Known>::iterator erase_known(std::map<fs::ObjectKey, Known>::iterator it);
+
   std::uint64_t partitions_;
   std::map<fs::ObjectKey, Known> known_;
+  std::uint64_t value_bytes_ = 0;  // sum of the sizes of known_'s values
   // Intervals [start, end) holding no key but those known_ names (end: nullopt for no end). Disjoint, and
   // merged when they touch.
   std::map<fs::ObjectKey, std::optional<fs::ObjectKey>> empty_;

@@ -34,6 +34,7 @@ FactCounts LocalModel::insert(const std::vector<fs::Fact>& facts) {
       case CachingObjectStore::Insert::kInvalid: ++counts.invalid; break;
     }
   }
+  keep_bound();
   return counts;
 }
 
@@ -55,7 +56,20 @@ void LocalModel::insert_reserved(const fs::OpResult& reserve) {
   if (!dirty(ObjectKey::super())) store_->evict(ObjectKey::super());  // its counters changed
 }
 
-void LocalModel::commit_through(std::uint64_t epoch) { service_->commit_through(epoch); }
+void LocalModel::commit_through(std::uint64_t epoch) {
+  service_->commit_through(epoch);
+  keep_bound();
+}
+
+void LocalModel::set_memory_bound(std::uint64_t bytes) {
+  memory_bound_ = bytes;
+  keep_bound();
+}
+
+void LocalModel::keep_bound() {
+  if (memory_bound_ == 0 || store_->value_bytes() <= memory_bound_) return;
+  store_->evict_data(memory_bound_ / 4 * 3, [this](const ObjectKey& k) { return service_->is_uncommitted(k); });
+}
 
 void LocalModel::rollback_to(std::uint64_t epoch) { service_->rollback_to(epoch); }
 

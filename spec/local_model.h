@@ -56,6 +56,11 @@ class LocalModel {
   void rollback_to(std::uint64_t epoch);
   // Forgets every clean object (after a rollback's restore: the re-run fetches consensus values).
   void drop_clean();
+  // Bounds the bytes of the values the model keeps (0: no bound; `bftfs run --model-mb`): past it, clean data
+  // blocks are forgotten, in key order, down to 3/4 of it, whenever facts arrive or epochs commit. Metadata is
+  // kept (a restore's size checks need what the tree saw), and so is the overlay. What a tree wrote stays clean
+  // in the model once committed; without a bound an unpack of 10 GB would keep 10 GB in the daemon.
+  void set_memory_bound(std::uint64_t bytes);
 
   // The overlay: each key an uncommitted epoch changed, with its value now (null: absent), in key order.
   std::vector<std::pair<fs::ObjectKey, fs::Value>> dirty_objects() const;
@@ -65,8 +70,11 @@ class LocalModel {
   std::uint64_t stream() const { return stream_; }
 
  private:
+  void keep_bound();
+
   NodeId client_;
   std::uint64_t stream_;
+  std::uint64_t memory_bound_ = 0;
   CachingObjectStore* store_;  // owned by service_
   std::unique_ptr<fs::FsService> service_;
 };

@@ -118,17 +118,22 @@ void FsService::Impl::trace_listing(const ObjectKey& from) const {
   std::optional<ObjectKey> cur = from;
   for (std::size_t n = 0; cur.has_value() && same_range(*cur, from) && n < kListingFactsMax; ++n) {
     if (tracer->bytes + kListingBytesReserve > kFetchFactBytesMax) return;
-    const std::optional<ObjectKey> next = initial_first_at_or_after(*cur);
-    if (tracer->scanned.insert(*cur).second) {
-      Fact f;
-      f.kind = FactKind::kNext;
-      f.key = *cur;
-      f.next = next;
-      tracer->add(std::move(f));
-    }
+    const std::optional<ObjectKey> next = trace_next(*cur);
     if (!next.has_value()) return;
     cur = key_successor(*next);
   }
+}
+
+std::optional<ObjectKey> FsService::Impl::trace_next(const ObjectKey& from) const {
+  const std::optional<ObjectKey> next = initial_first_at_or_after(from);
+  if (tracer->scanned.insert(from).second) {
+    Fact f;
+    f.kind = FactKind::kNext;
+    f.key = from;
+    f.next = next;
+    tracer->add(std::move(f));
+  }
+  return next;
 }
 
 void FsService::Impl::trace_scan(const ObjectKey& from, const std::optional<ObjectKey>& found) const {
@@ -136,14 +141,7 @@ void FsService::Impl::trace_scan(const ObjectKey& from, const std::optional<Obje
   // finds `found` among them or among its own changes. Each step passes a key the request changed.
   std::optional<ObjectKey> cur = from;
   while (cur.has_value()) {
-    const std::optional<ObjectKey> next = initial_first_at_or_after(*cur);
-    if (tracer->scanned.insert(*cur).second) {
-      Fact f;
-      f.kind = FactKind::kNext;
-      f.key = *cur;
-      f.next = next;
-      tracer->add(std::move(f));
-    }
+    const std::optional<ObjectKey> next = trace_next(*cur);
     // Keys below `found` are absent now: a key of the earlier state there was removed by the request.
     if (!next.has_value() || (found.has_value() && !(*next < *found))) return;
     cur = key_successor(*next);

@@ -234,6 +234,8 @@ struct FsService::Impl {
   // Next facts from `from` on, over the state before the traced request, while the keys stay names or entries of
   // `from`'s directory, within kListingFactsMax facts (fs_fetch.cc says why).
   void trace_listing(const ObjectKey& from) const;
+  // The least key >= `from` before the traced request, reported once as the next fact from `from`.
+  std::optional<ObjectKey> trace_next(const ObjectKey& from) const;
 
   // ---- fs_streams.cc ----
   std::uint32_t op_reserve(const Op& op, OpResult& out);

@@ -322,6 +322,37 @@ TEST_CASE("spec one FETCH tells the model a directory's listing: later creates i
   CHECK(replica.run(Request{{lookup(kRoot, "n39")}}).results[0].err == err::kOk);
 }
 
+TEST_CASE("spec the model's memory bound forgets committed data blocks, which a later read fetches again",
+          "[spec]") {
+  Replica replica;
+  const Handle file = replica.run1(create(kRoot, "big")).attr.handle();
+  Speculator spec(3, bftfs::spec::kPartBytesMax);
+  constexpr std::uint64_t kBound = 256u << 10;
+  spec.model.set_memory_bound(kBound);
+  Bytes data(128u << 10);
+  for (int i = 0; i < 8; ++i) {
+    std::fill(data.begin(), data.end(), static_cast<std::uint8_t>(i + 1));
+    const Request req = bftfs::spec::with_time(Request{{write(file, std::uint64_t(i) * data.size(), data)}},
+                                               spec.time += 1000);
+    spec.entries.push_back(bftfs::spec::build_entry(req, spec.answer(replica, req)));
+    if (std::optional<Request> stage = spec.log.append(spec.entries.back())) {
+      REQUIRE(replica.run(*stage).outcome == Outcome::kDone);
+    }
+  }
+  CHECK(spec.model.store().value_bytes() > kBound);  // the overlay is never forgotten
+  const SealedEpoch sealed = spec.log.seal();
+  REQUIRE(replica.run1(sealed.request).verdict == EpochVerdict::kApplied);
+  spec.model.commit_through(sealed.epoch);
+  CHECK(spec.model.store().value_bytes() <= kBound);
+  // Block 0 was forgotten (key order): reading it back takes a FETCH and gives what was written.
+  const int fetches = spec.fetches;
+  const Request rd = bftfs::spec::with_time(Request{{read(file, 0, 4096)}}, spec.time += 1000);
+  const Result r = spec.answer(replica, rd);
+  CHECK(spec.fetches > fetches);
+  REQUIRE(r.outcome == Outcome::kDone);
+  CHECK(bftfs::spec::without_time(r).results[0].data == Bytes(4096, 1));
+}
+
 TEST_CASE("spec lies in fetched facts cost at most a failed epoch, never a crash or a wrong effect", "[spec]") {
   int lies = 0;
   int failed = 0;
