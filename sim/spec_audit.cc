@@ -219,8 +219,14 @@ EpochReplay::Expected EpochReplay::replay_epoch(const ExecRecord& rec, const fs:
       e.why = why;
       break;
     }
+    e.results.push_back(run.result);
   }
   service_->rollback_to(rec.seq);
+  if (e.verdict == fs::EpochVerdict::kApplied) {
+    e.entries = std::move(entries);
+  } else {
+    e.results.clear();
+  }
   return e;
 }
 
@@ -255,8 +261,15 @@ void EpochReplay::after_epoch(const ExecRecord& rec, const fs::Op& op, const fs:
     return;
   }
   last = op.epoch;
+  applied_[key].push_back(AppliedEpoch{rec.client, op.stream, op.epoch, rec.seq, rec.request_id,
+                                       expected.entries, expected.results});
   const auto staged = staging_.find(key);
   if (staged != staging_.end() && staged->second.epoch <= op.epoch) staging_.erase(staged);
+}
+
+std::vector<AppliedEpoch> EpochReplay::applied(NodeId client, std::uint64_t stream) const {
+  const auto it = applied_.find(StreamKey{client, stream});
+  return it == applied_.end() ? std::vector<AppliedEpoch>{} : it->second;
 }
 
 // What a STAGE that the service accepted keeps (docs/SPECULATION.md §5.5): a newer epoch's first part erases
