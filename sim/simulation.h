@@ -5,6 +5,7 @@
 //   faults.cc      crashes and restarts, every replica crashing at once, partitions, slow links
 //   clients.cc     the clients: plain and pipelining ones, speculating counter clients, their completions
 //   fs_clients.cc  the file-service clients: plain ones over the shim, speculating ones, their reads' windows
+//   fs_epoch_clients.cc  the epoch clients: their program, batches, verdicts, rollbacks, output (properties 14, 15)
 //   stats.cc       the run's totals (SimStats) and its failure report
 #pragma once
 
