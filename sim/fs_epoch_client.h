@@ -67,6 +67,7 @@ struct EpochClientStats {
   std::uint64_t lines_externalized = 0;  // output lines of committed epochs
   std::uint64_t lines_dropped = 0;      // output lines of failed epochs, never externalized
   std::uint64_t input_replayed = 0;     // input bytes consumed again after a rollback
+  std::uint64_t rollbacks_stopped = 0;  // rollbacks after the client stopped: the program runs again to its end
 };
 
 // One epoch client's state (ClientNode::epochs).

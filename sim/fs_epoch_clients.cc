@@ -235,6 +235,7 @@ void Simulation::epoch_rollback(ClientNode& c, const EpochClient::Sealed& failed
   event(fmt("c%u epoch %llu FAILED (verdict %u, entry %u): rollback, %zu later epochs discarded", c.id,
             ull(failed.epoch), verdict, failed.verdict ? failed.verdict->entry : 0u, e.sealed.size()));
   ++e.stats.rollbacks;
+  e.stats.rollbacks_stopped += e.program_end ? 1 : 0;
   e.stats.failed += 1 + e.sealed.size();
   e.stats.discarded_entries += failed.entries + e.log.open_entries();
   for (const EpochClient::Sealed& later : e.sealed) {

@@ -207,6 +207,7 @@ struct SimStats {
   std::uint64_t epoch_lines_externalized = 0;  // program output lines externalized (all checked: property 14)
   std::uint64_t epoch_lines_dropped = 0;       // ... held and dropped by a rollback
   std::uint64_t epoch_input_replayed = 0;      // input bytes the restored program consumed again
+  std::uint64_t epoch_rollbacks_stopped = 0;   // rollbacks after the client stopped (its program runs again)
   // What the agreed history did with them (EpochReplay), and the STAGE and EPOCH executions whose objects the
   // replicas' audits digested (property 12; the replicas' last incarnations only).
   std::uint64_t epoch_hist_stages = 0;

@@ -117,6 +117,7 @@ void Simulation::collect_epoch_stats() {
     stats_.epoch_lines_externalized += e.lines_externalized;
     stats_.epoch_lines_dropped += e.lines_dropped;
     stats_.epoch_input_replayed += e.input_replayed;
+    stats_.epoch_rollbacks_stopped += e.rollbacks_stopped;
   }
   const SpecAuditStats h = fs_check_->spec_stats();
   stats_.epoch_hist_stages = h.stages;
