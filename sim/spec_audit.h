@@ -137,7 +137,7 @@ class EpochReplay {
 };
 
 // One entry's result against its expectation, compared here rather than by fs::entry_matches: "" if the entry
-// gave the outcome, stop and errno it expects (the errno not for kPredicateFailed) and, when done, every op with a
+// gave the outcome, stop and errno (op #stop's, for kPredicateFailed too) it expects and, when done, every op with a
 // predicate the errno or result digest it names; else what differs.
 std::string entry_mismatch(const fs::Entry& entry, const fs::Result& actual);
 
