@@ -99,6 +99,8 @@ struct EpochClient {
     output.client = client;
     output.stream = stream;
     output.input_seed = input_seed;
+    output.program_seed = seed;
+    output.work = work;
     checkpoints.emplace(log.open_epoch(), program);
   }
 

@@ -131,7 +131,8 @@ bool Simulation::epoch_answer(ClientNode& c) {
     ++e.stats.fetches;
     return false;
   }
-  e.program.work.on_result(e.program.pending->request, spec::without_time(run.result));
+  // The program learns what a tree would see, no more: what it decides must be what a serial run decides.
+  e.program.work.on_result(e.program.pending->request, program_view(spec::without_time(run.result)));
   if (run.result.outcome == fs::Outcome::kDone) {
     for (const fs::Op& op : e.pending_entry.ops) e.program.creates += creates_inode(op.code) ? 1 : 0;
   }
@@ -248,7 +249,13 @@ void Simulation::epoch_rollback(ClientNode& c, const EpochClient::Sealed& failed
   e.log.failed(failed.epoch);
   e.model.rollback_to(e.log.last_committed());
   e.model.drop_clean();
-  e.program = e.checkpoints.at(failed.epoch);
+  if (config_.sabotage_checkpoint) {
+    FsWorkload knows = e.program.work;
+    e.program = e.checkpoints.at(failed.epoch);
+    e.program.work = std::move(knows);
+  } else {
+    e.program = e.checkpoints.at(failed.epoch);
+  }
   e.checkpoints.clear();
   e.checkpoints.emplace(e.log.open_epoch(), e.program);
   if (e.fetch != 0) e.other.insert(e.fetch);
@@ -272,6 +279,7 @@ void Simulation::epoch_print(ClientNode& c, const fs::Result& result) {
   line.input_pos = e.program.input_pos;
   line.input = read_input(e.output.input_seed, line.input_pos);
   line.text = output_line(render_result(e.pending_entry, result), line.input);
+  line.seen = program_view(spec::without_time(result));
   if (line.input_pos < e.input_high) e.stats.input_replayed += line.input.size();
   e.program.input_pos += line.input.size();
   e.input_high = std::max(e.input_high, e.program.input_pos);
@@ -339,6 +347,7 @@ void Simulation::check_epoch_output() {
                              [this, id](std::uint64_t rid) { return checker_->completion_step(id, rid); }};
     const std::vector<AppliedEpoch> applied = replay->applied(id, out.stream);
     if (std::string why = check_serial_output(out, applied, facts); !why.empty()) fail(why);
+    if (std::string why = check_serial_program(out, applied); !why.empty()) fail(why);
   }
 }
 

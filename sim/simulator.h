@@ -75,6 +75,10 @@ struct SimConfig {
   // Tests of the simulator only (seeds with an epoch client): the epoch client seals no epoch in the liveness
   // phase, so its last epoch never commits; the run must fail with "liveness under quiescence (property 15)".
   bool sabotage_last_epoch = false;
+  // Tests of the simulator only (seeds with an epoch client): a rollback restores the program's Prng and input
+  // but keeps what it knew, so the surviving execution is no serial one; the run must fail with "the serial run
+  // of its program issues another request" (property 14: proves the program replay is wired).
+  bool sabotage_checkpoint = false;
   std::uint32_t trace_events = 48;  // events kept for the failure report
 };
 

@@ -7,6 +7,7 @@
 #include "common/crypto.h"
 #include "sim/mix.h"
 #include "sim/strfmt.h"
+#include "spec/entry_builder.h"
 
 namespace bftfs::sim {
 
@@ -69,6 +70,43 @@ std::string render_op(const fs::Op& op) {
   return s;
 }
 
+std::string describe_handle(const fs::Handle& h) {
+  return h.is_ref ? fmt("#%u", h.ref) : fmt("%llu.%llu", ull(h.ino), ull(h.generation));
+}
+
+// An op's fields, for a report of two requests that differ.
+std::string describe_op(const fs::Op& op) {
+  return fmt("%s h=%s h2=%s '%s' '%s' off=%llu count=%u data=%zu/%s mode=%o uid=%u expect=%u/%u", op_name(op.code),
+             describe_handle(op.handle).c_str(), describe_handle(op.handle2).c_str(), op.name.c_str(),
+             op.name2.c_str(), ull(op.offset), op.count, op.data.size(), digest_of(op.data).short_hex().c_str(),
+             op.mode, op.cred.uid, static_cast<unsigned>(op.expect.kind), op.expect.err);
+}
+
+// The first op where two requests differ, both described.
+std::string first_difference(const fs::Request& a, const fs::Request& b) {
+  for (std::size_t i = 0; i < std::max(a.ops.size(), b.ops.size()); ++i) {
+    if (i < a.ops.size() && i < b.ops.size() && a.ops[i] == b.ops[i]) continue;
+    return fmt("op %zu: %s, not %s", i, i < a.ops.size() ? describe_op(a.ops[i]).c_str() : "none",
+               i < b.ops.size() ? describe_op(b.ops[i]).c_str() : "none");
+  }
+  return "the same ops (the expectations differ)";
+}
+
+// Where two program views of one request's result differ (the speculative one first).
+std::string view_difference(const fs::Request& request, const fs::Result& got, const fs::Result& serial) {
+  if (got.outcome != serial.outcome || got.stop != serial.stop || got.results.size() != serial.results.size()) {
+    return fmt("outcome %u stop %u, not outcome %u stop %u", static_cast<unsigned>(got.outcome), got.stop,
+               static_cast<unsigned>(serial.outcome), serial.stop);
+  }
+  for (std::size_t k = 0; k < got.results.size() && k < request.ops.size(); ++k) {
+    if (got.results[k] == serial.results[k]) continue;
+    return fmt("op %zu %s: \"%s\", not \"%s\"", k, op_name(request.ops[k].code),
+               render_op_result(request.ops[k], got.results[k]).c_str(),
+               render_op_result(request.ops[k], serial.results[k]).c_str());
+  }
+  return "the same results";
+}
+
 std::string hex(std::span<const std::uint8_t> bytes) {
   std::string s;
   for (const std::uint8_t b : bytes) s += fmt("%02x", b);
@@ -92,12 +130,12 @@ std::string render_result(const fs::Request& request, const fs::Result& result) 
   BFT_ASSERT(!request.ops.empty() && request.ops[0].code == fs::OpCode::kTime);
   BFT_ASSERT(result.results.size() <= request.ops.size());
   if (result.outcome != fs::Outcome::kDone) {
-    // The tree was told which op stopped the request and, for an op failure, its errno; nothing else.
+    // The tree was told which op stopped the request and its errno; nothing else.
     const std::size_t stop = result.stop;
     const bool failed = result.outcome == fs::Outcome::kOpFailed;
     std::string s = fmt("%s at op %zu: %s", failed ? "FAILED" : "PREDICATE", stop,
                         stop < request.ops.size() ? render_op(request.ops[stop]).c_str() : "?");
-    if (failed && stop < result.results.size()) s += fmt(" E%u", result.results[stop].err);
+    if (stop < result.results.size()) s += fmt(" E%u", result.results[stop].err);
     return s;
   }
   std::string s = "done:";
@@ -105,6 +143,22 @@ std::string render_result(const fs::Request& request, const fs::Result& result) 
     s += " " + render_op(request.ops[i]) + " = " + render_op_result(request.ops[i], result.results[i]) + ";";
   }
   return s;
+}
+
+fs::Result program_view(const fs::Result& result) {
+  fs::Result view = result;
+  for (std::size_t i = 0; i < view.results.size(); ++i) {
+    fs::OpResult& r = view.results[i];
+    const bool unseen = r.code == fs::OpCode::kWrite || r.code == fs::OpCode::kRemove ||
+                        r.code == fs::OpCode::kRmdir || r.code == fs::OpCode::kRename;
+    if (result.outcome == fs::Outcome::kDone && !unseen) continue;
+    fs::OpResult blank;
+    blank.code = r.code;
+    blank.err = r.err;
+    blank.count = result.outcome == fs::Outcome::kDone ? r.count : 0;
+    r = std::move(blank);
+  }
+  return view;
 }
 
 std::string output_line(const std::string& rendered, std::span<const std::uint8_t> input) {
@@ -184,6 +238,35 @@ std::string check_serial_output(const ProgramOutput& out, std::span<const Applie
                "(%s)",
                who.c_str(), line, extra.text.c_str(), ull(extra.epoch),
                request_of.count(extra.epoch) != 0 ? "its epoch has fewer entries" : "its epoch failed");
+  }
+  return "";
+}
+
+std::string check_serial_program(const ProgramOutput& out, std::span<const AppliedEpoch> applied) {
+  FsWorkload work(out.work);
+  Prng prng(out.program_seed);
+  std::size_t n = 0;
+  for (const AppliedEpoch& a : applied) {
+    for (std::size_t i = 0; i < a.entries.size(); ++i, ++n) {
+      const fs::Entry& entry = a.entries[i];
+      const FsWorkRequest w = work.next(prng);
+      BFT_ASSERT(!entry.request.ops.empty() && entry.request.ops[0].code == fs::OpCode::kTime);
+      const fs::Request request = spec::with_time(w.request, entry.request.ops[0].time_ns);
+      const fs::Entry serial = spec::build_entry(request, a.results[i]);
+      if (!(serial == entry)) {
+        return fmt("serial equivalence (property 14): epoch client %u: the serial run of its program issues another "
+                   "request %zu than epoch %llu entry %zu (a checkpoint that did not restore the program, or a result "
+                   "it learned from that no predicate covered): %s",
+                   out.client, n, ull(a.epoch), i, first_difference(serial.request, entry.request).c_str());
+      }
+      const fs::Result view = program_view(spec::without_time(a.results[i]));
+      if (n < out.lines.size() && !(out.lines[n].seen == view)) {
+        return fmt("serial equivalence (property 14): epoch client %u: its program was given for request %zu (epoch "
+                   "%llu entry %zu) a result it sees otherwise in the serial run, and learned from it: %s",
+                   out.client, n, ull(a.epoch), i, view_difference(w.request, out.lines[n].seen, view).c_str());
+      }
+      work.on_result(w.request, view);
+    }
   }
   return "";
 }

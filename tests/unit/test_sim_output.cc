@@ -1,7 +1,8 @@
 // What an epoch client's program externalized, and checker properties 14 and 15 (docs/SPECULATION.md §14;
 // sim/spec_output.h): the check accepts the serial replay's lines and objects to every way of getting them wrong;
-// a client that externalizes lines before their epoch commits (and keeps a failed epoch's) fails the run with
-// property 14, and one whose last epoch never commits fails it with property 15.
+// a client that externalizes lines before their epoch commits (and keeps a failed epoch's), or whose rollback does
+// not restore its program, fails the run with property 14, and one whose last epoch never commits fails it with
+// property 15.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -59,7 +60,7 @@ struct History {
                                        bftfs::sim::output_line(bftfs::sim::render_result(a.entries[i].request,
                                                                                          a.results[i]),
                                                                in),
-                                       pos, in, 100 * a.epoch});
+                                       pos, in, 100 * a.epoch, {}});
         pos += in.size();
       }
     }
@@ -164,6 +165,19 @@ TEST_CASE("a client that externalizes output before its epoch commits fails the 
   INFO(r.scenario << "\n" << r.failure);
   REQUIRE_FALSE(r.passed);
   CHECK(r.failure.find("serial equivalence (property 14)") != std::string::npos);
+}
+
+TEST_CASE("a rollback that does not restore what the program knew fails the run with property 14",
+          "[sim][fs][epoch][output]") {
+  bftfs::sim::SimConfig c;
+  c.seed = 1;
+  c.service = "fs";
+  c.epochs = 1;
+  c.sabotage_checkpoint = true;
+  const bftfs::sim::SimResult r = bftfs::sim::run_isolated(c);
+  INFO(r.scenario << "\n" << r.failure);
+  REQUIRE_FALSE(r.passed);
+  CHECK(r.failure.find("the serial run of its program issues another request") != std::string::npos);
 }
 
 TEST_CASE("a client whose last epoch is never sealed fails the run with property 15", "[sim][fs][epoch][output]") {
