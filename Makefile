@@ -15,8 +15,10 @@
 BUILD ?= build
 SANITIZE ?= 0
 SEEDS ?= 300
-# make sim also runs the overload scenario (sim/README.md) on this many seeds.
+# make sim also runs the overload scenario (sim/README.md) on this many seeds, and file-service seeds with an epoch
+# client (speculation epochs, checker properties 11-15) on this many.
 OVERLOAD_SEEDS ?= 50
+EPOCH_SEEDS ?= 100
 SIM_ARGS ?=
 QUICK ?= 0
 FUZZ_RUNS ?=
@@ -115,6 +117,8 @@ sim: $(BUILT_OR_BUILD)
 	@"$(SIM)" --seeds $(SEEDS) $(SIM_ARGS)
 	@echo "== simulation: $(SIM) --scenario overload --seeds $(OVERLOAD_SEEDS)"
 	@"$(SIM)" --scenario overload --seeds $(OVERLOAD_SEEDS)
+	@echo "== simulation: $(SIM) --service fs --epochs 1 --seeds $(EPOCH_SEEDS)"
+	@"$(SIM)" --service fs --epochs 1 --seeds $(EPOCH_SEEDS)
 
 # Integration tests need real binaries: BFTFS_REQUIRE_BINARIES=1 turns "binary not built" from a skip into a
 # failure here (a pytest run on its own still skips with the reason).

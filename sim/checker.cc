@@ -222,6 +222,12 @@ std::optional<std::uint64_t> Checker::agreed_seq(NodeId client, std::uint64_t re
   return it->second.seq;
 }
 
+std::optional<std::uint64_t> Checker::completion_step(NodeId client, std::uint64_t request_id) const {
+  const auto it = ops_.find(Key{client, request_id});
+  if (it == ops_.end() || !it->second.completed) return std::nullopt;
+  return it->second.complete_step;
+}
+
 void Checker::on_submit(NodeId client, std::uint64_t request_id, OpKind kind, std::uint64_t step) {
   auto [it, inserted] = ops_.try_emplace(Key{client, request_id});
   if (!inserted) {

@@ -62,6 +62,13 @@
 //      changed an object outside the stream kinds unless it applied (StreamOpAudit, digests around each).
 //  13. Chain: per stream, applied EPOCHs name the epoch applied before them as prev, with increasing numbers, and
 //      no prev twice (EpochReplay).
+//  14. Serial equivalence of what was externalized: at the end, each epoch client's committed epochs are the
+//      stream's applied epochs, each applied once at its EPOCH's seq, and the output lines its program
+//      externalized are, line for line, what the serial replay of those epochs' entries prints, with the input
+//      consumed exactly once, in order; no line of a failed epoch, none before its epoch's verdict came
+//      (sim/spec_output.h).
+//  15. Liveness under quiescence: in the liveness phase (faults stopped) every epoch client's program answers
+//      every request of its length and its last epoch commits (Simulation::epoch_unfinished).
 #pragma once
 
 #include <cstdint>
@@ -128,6 +135,8 @@ class Checker {
   // The seq at which request (client, request_id) executed in the agreed history, if a correct replica has
   // reported that execution final.
   std::optional<std::uint64_t> agreed_seq(NodeId client, std::uint64_t request_id) const;
+  // The step at which client `client` accepted the final result of `request_id` (on_completion), if it has.
+  std::optional<std::uint64_t> completion_step(NodeId client, std::uint64_t request_id) const;
 
  private:
   using Key = std::pair<NodeId, std::uint64_t>;  // (client, request id)

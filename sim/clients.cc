@@ -45,14 +45,20 @@ void Simulation::drain_client(ClientNode& c) {
 }
 
 void Simulation::workload(ClientNode& c) {
+  if (c.epochs) {
+    // A stopped epoch client still runs its program: up to the length fixed when it stopped, again after a
+    // rollback, and until its last epoch commits (property 15).
+    if (!c.stopped && phase_ == Phase::kLiveness && c.completed_after_heal >= kLivenessOps) {
+      c.stopped = true;
+      epoch_stop(c);
+    }
+    epoch_pump(c);
+    drain_client(c);
+    return;
+  }
   if (c.stopped) return;
   if (phase_ == Phase::kLiveness && c.completed_after_heal >= kLivenessOps) {
     c.stopped = true;
-    return;
-  }
-  if (c.epochs) {
-    epoch_pump(c);
-    drain_client(c);
     return;
   }
   if (c.spec_window > 0) {

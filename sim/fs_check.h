@@ -80,6 +80,8 @@ class FsCheck {
     return replay_ && replay_->failed() ? replay_->violation() : oracle_.violation();
   }
   const FsHistoryStats& stats() const { return stats_; }
+  // The epoch replay (null without one).
+  const EpochReplay* replay() const { return replay_.get(); }
   // The epoch replay's counts (zero without one).
   SpecAuditStats spec_stats() const { return replay_ ? replay_->stats() : SpecAuditStats{}; }
 

@@ -12,9 +12,16 @@
 // back to the checkpoint of that epoch: the model undoes that epoch and every later one, forgets its clean
 // facts, and the program runs on from there with consensus values only for its next epoch.
 //
+// The program prints a line per result it gets and consumes a few bytes of a seeded input stream for each
+// (sim/spec_output.h). Lines of an epoch are held until it commits, then externalized; a rollback drops the held
+// lines of the failed epoch and every later one, and the restored program, whose input position is part of its
+// checkpoint, reads the same input again. When the client is told to stop (the liveness phase), the program's
+// length is fixed at the requests it has begun: a rollback after that makes it run again up to there, and it has
+// finished when it has answered them all and its last epoch committed.
+//
 // What the client sent and learned feeds the checker's properties 11-13 only through the agreed history
-// (sim/spec_audit.h); properties 14 and 15 (what the program externalized; liveness of its last epoch) are not
-// checked here.
+// (sim/spec_audit.h); property 14 compares what the program externalized with a serial replay of that history
+// (sim/spec_output.h), and property 15 requires the program to finish in the liveness phase (finished()).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +34,7 @@
 #include "common/prng.h"
 #include "services/fs/fs_codec.h"
 #include "sim/fs_workload.h"
+#include "sim/spec_output.h"
 #include "spec/epoch_log.h"
 #include "spec/local_model.h"
 
@@ -56,6 +64,10 @@ struct EpochClientStats {
   std::uint64_t failed = 0;             // epochs whose batch did not apply (verdict, or chained on one that failed)
   std::uint64_t rollbacks = 0;          // program restored from a checkpoint
   std::uint64_t discarded_entries = 0;  // entries of epochs rolled back
+  std::uint64_t lines_externalized = 0;  // output lines of committed epochs
+  std::uint64_t lines_dropped = 0;      // output lines of failed epochs, never externalized
+  std::uint64_t input_replayed = 0;     // input bytes consumed again after a rollback
+  std::uint64_t rollbacks_stopped = 0;  // rollbacks after the client stopped: the program runs again to its end
 };
 
 // One epoch client's state (ClientNode::epochs).
@@ -68,6 +80,8 @@ struct EpochClient {
     // The request it is waiting on (drawn, not yet answered): an epoch sealed while a request waits for facts
     // checkpoints the program inside that request, which a restore issues again.
     std::optional<FsWorkRequest> pending;
+    std::uint64_t answered = 0;   // requests answered (each printed one line)
+    std::uint64_t input_pos = 0;  // the input consumed so far
   };
   struct Sealed {
     std::uint64_t epoch = 0;
@@ -77,10 +91,23 @@ struct EpochClient {
     std::uint64_t entries = 0;
   };
 
+  // `seed` seeds the program's Prng, `input_seed` its input stream.
   EpochClient(const fs::FsOptions& fs_options, NodeId client, std::uint64_t stream, const EpochClientOptions& o,
-              const FsWorkloadOptions& work, std::uint64_t seed)
-      : options(o), model(fs_options, client, stream), log(stream, o.part_bytes), program{FsWorkload(work), Prng(seed), 0, std::nullopt} {
+              const FsWorkloadOptions& work, std::uint64_t seed, std::uint64_t input_seed)
+      : options(o), model(fs_options, client, stream), log(stream, o.part_bytes),
+        program{FsWorkload(work), Prng(seed), 0, std::nullopt, 0, 0} {
+    output.client = client;
+    output.stream = stream;
+    output.input_seed = input_seed;
+    output.program_seed = seed;
+    output.work = work;
     checkpoints.emplace(log.open_epoch(), program);
+  }
+
+  // The program has answered every request of its fixed length (program_end) and every epoch committed.
+  bool finished() const {
+    return program_end && program.answered >= *program_end && !program.pending && log.open_entries() == 0 &&
+           sealed.empty();
   }
 
   EpochClientOptions options;
@@ -101,6 +128,10 @@ struct EpochClient {
   std::uint32_t epoch_length = 0;          // entries of the open epoch before it is sealed
   bool consensus_only = false;             // after a rollback: this epoch uses final replies only (§10)
   std::uint64_t time_ns = 1'700'000'000'000'000'000ull;
+  std::map<std::uint64_t, std::vector<OutputLine>> held;  // lines of epochs not yet committed, by epoch
+  ProgramOutput output;                    // what was externalized, and the epochs committed
+  std::uint64_t input_high = 0;            // the furthest input position any execution reached
+  std::optional<std::uint64_t> program_end;  // the program's length, fixed when the client stops
   EpochClientStats stats;
 };
 

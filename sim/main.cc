@@ -84,6 +84,8 @@ struct Totals {
   std::uint64_t fs_with_epoch_rollback = 0;
   std::uint64_t fs_with_epoch_staged = 0;
   std::uint64_t fs_with_epoch_first_wrong = 0;
+  std::uint64_t fs_with_epoch_lines_dropped = 0;
+  std::uint64_t fs_with_epoch_rollback_stopped = 0;
 
   void add_fs(const SimStats& s) {
     if (s.fs_seed == 0) return;
@@ -106,6 +108,8 @@ struct Totals {
     fs_with_epoch_rollback += s.epoch_rollbacks > 0 ? 1 : 0;
     fs_with_epoch_staged += s.epoch_entries_staged > 0 ? 1 : 0;
     fs_with_epoch_first_wrong += s.epoch_firsts_wrong > 0 ? 1 : 0;
+    fs_with_epoch_lines_dropped += s.epoch_lines_dropped > 0 ? 1 : 0;
+    fs_with_epoch_rollback_stopped += s.epoch_rollbacks_stopped > 0 ? 1 : 0;
   }
 
   void add(const SimStats& s) {
@@ -176,6 +180,11 @@ void print_fs_stats(const SimStats& s, const char* indent) {
               ull(s.epoch_firsts_wrong), ull(s.epoch_inconsistent), ull(s.epoch_reserves), ull(s.epoch_stages),
               ull(s.epoch_sealed), ull(s.epoch_committed), ull(s.epoch_failed), ull(s.epoch_rollbacks),
               ull(s.epoch_discarded_entries));
+  std::printf("%sepoch programs: output lines externalized %llu (checked against the serial replay), dropped by "
+              "rollbacks %llu; input bytes consumed again after a rollback %llu; rollbacks after the client stopped "
+              "(the program ran again to its end) %llu\n",
+              indent, ull(s.epoch_lines_externalized), ull(s.epoch_lines_dropped), ull(s.epoch_input_replayed),
+              ull(s.epoch_rollbacks_stopped));
   std::printf("%sepochs, agreed history: STAGE %llu, EPOCH %llu (APPLIED %llu, CHAIN %llu, STAGING %llu, ENTRY "
               "%llu); entries replayed independently %llu (staged %llu); STAGE and EPOCH executions digested at "
               "replicas %llu\n",
@@ -285,10 +294,12 @@ void print_coverage(const Totals& totals) {
   if (totals.fs_with_epochs == 0) return;
   std::printf("  epoch coverage (of %llu seeds with an epoch client, where it ran): an epoch applied %llu, an EPOCH "
               "failed at an entry %llu, at the chain %llu, a rollback at the client %llu, staged entries applied or "
-              "replayed %llu, a wrong first reply to a FETCH %llu\n",
+              "replayed %llu, a wrong first reply to a FETCH %llu, held output lines dropped %llu, a rollback after "
+              "the client stopped %llu\n",
               ull(totals.fs_with_epochs), ull(totals.fs_with_epoch_applied), ull(totals.fs_with_epoch_entry_failed),
               ull(totals.fs_with_epoch_chain_failed), ull(totals.fs_with_epoch_rollback),
-              ull(totals.fs_with_epoch_staged), ull(totals.fs_with_epoch_first_wrong));
+              ull(totals.fs_with_epoch_staged), ull(totals.fs_with_epoch_first_wrong),
+              ull(totals.fs_with_epoch_lines_dropped), ull(totals.fs_with_epoch_rollback_stopped));
 }
 
 struct Options {

@@ -340,14 +340,18 @@ void Simulation::fail_liveness(const char* stage) {
   }
   std::string why;
   (void)converged(&why);
-  fail(fmt("liveness: stuck at %s %llu ticks after the network healed:%s %s", stage, ull(config_.liveness_ticks_max),
-           outstanding.empty() ? " clients done;" : outstanding.c_str(),
-           why.empty() ? "replicas converged" : why.c_str()));
+  std::string epochs;
+  for (const auto& c : clients_) {
+    if (c->epochs && !c->epochs->finished()) epochs += " " + epoch_unfinished(*c) + ";";
+  }
+  fail(fmt("liveness: stuck at %s %llu ticks after the network healed:%s%s %s", stage,
+           ull(config_.liveness_ticks_max), outstanding.empty() ? " clients done;" : outstanding.c_str(),
+           epochs.c_str(), why.empty() ? "replicas converged" : why.c_str()));
 }
 
 bool Simulation::clients_done() const {
   for (const auto& c : clients_) {
-    if (!c->stopped || c->in_flight() != 0) return false;
+    if (!c->stopped || c->in_flight() != 0 || (c->epochs && !c->epochs->finished())) return false;
   }
   return true;
 }
@@ -409,6 +413,9 @@ void Simulation::finish() {
   }
   checker_->finish(values);
   check_checker();
+  for (const auto& c : clients_) {
+    if (c->epochs && !c->epochs->finished()) fail(epoch_unfinished(*c));
+  }
   if (fs_check_) fs_finish();
 }
 
@@ -452,6 +459,7 @@ void Simulation::fs_finish() {
   if (const std::string why = fs_check_->oracle().check_invariants(); !why.empty()) {
     fail("fs invariants: the oracle's " + why);
   }
+  check_epoch_output();
 }
 
 SimResult Simulation::run() {

@@ -5,6 +5,7 @@
 //   faults.cc      crashes and restarts, every replica crashing at once, partitions, slow links
 //   clients.cc     the clients: plain and pipelining ones, speculating counter clients, their completions
 //   fs_clients.cc  the file-service clients: plain ones over the shim, speculating ones, their reads' windows
+//   fs_epoch_clients.cc  the epoch clients: their program, batches, verdicts, rollbacks, output (properties 14, 15)
 //   stats.cc       the run's totals (SimStats) and its failure report
 #pragma once
 
@@ -191,6 +192,12 @@ class Simulation final : private ClusterObserver {
   void epoch_on_final(ClientNode& c, const SpecEvent& ev);
   void epoch_verdicts(ClientNode& c);
   void epoch_rollback(ClientNode& c, const EpochClient::Sealed& failed);
+  bool may_seal() const;  // false only under SimConfig::sabotage_last_epoch, in the liveness phase
+  void epoch_print(ClientNode& c, const fs::Result& result);  // the program's line for its answered request
+  void epoch_externalize(ClientNode& c, std::uint64_t epoch);
+  void epoch_stop(ClientNode& c);  // fixes the program's length
+  std::string epoch_unfinished(const ClientNode& c) const;  // property 15: "" or what the client waits on
+  void check_epoch_output();  // property 14, at the end
   // ---- the file service's replica side (simulation.cc) ----
   void fs_after_step(ReplicaHost& r, const std::vector<ExecRecord>& finals);
   void fs_check_replica(ReplicaHost& r, const char* when);

@@ -68,6 +68,17 @@ struct SimConfig {
   // inline entries, so batches whose entries do not hold apply anyway; the run must fail with "predicates hold
   // where applied" (proves the epoch replay is wired).
   bool sabotage_epochs = false;
+  // Tests of the simulator only (seeds with an epoch client): the program's output lines are externalized as it
+  // prints them, not held until their epoch commits, and a rollback drops none; the run must fail with "serial
+  // equivalence (property 14)" (proves the output check is wired).
+  bool sabotage_output = false;
+  // Tests of the simulator only (seeds with an epoch client): the epoch client seals no epoch in the liveness
+  // phase, so its last epoch never commits; the run must fail with "liveness under quiescence (property 15)".
+  bool sabotage_last_epoch = false;
+  // Tests of the simulator only (seeds with an epoch client): a rollback restores the program's Prng and input
+  // but keeps what it knew, so the surviving execution is no serial one; the run must fail with "the serial run
+  // of its program issues another request" (property 14: proves the program replay is wired).
+  bool sabotage_checkpoint = false;
   std::uint32_t trace_events = 48;  // events kept for the failure report
 };
 
@@ -181,7 +192,8 @@ struct SimStats {
   std::uint64_t fs_reads_unverifiable = 0;  // ... whose window began before the oracle's oldest state
   std::uint64_t fs_checkpoints_compared = 0;  // correct replicas' checkpoint digests compared with the oracle's
   std::uint64_t fs_invariant_checks = 0;      // FsService::check_invariants runs on correct replicas
-  // File-service seeds with an epoch client (sim/fs_epoch_client.h; checker properties 11-13, sim/spec_audit.h).
+  // File-service seeds with an epoch client (sim/fs_epoch_client.h; checker properties 11-15, sim/spec_audit.h,
+  // sim/spec_output.h).
   // What the client did:
   std::uint64_t epoch_clients = 0;
   std::uint64_t epoch_program_steps = 0;   // program requests answered by the local model (entries)
@@ -196,6 +208,10 @@ struct SimStats {
   std::uint64_t epoch_failed = 0;          // epochs discarded (verdict not APPLIED, or chained on such an epoch)
   std::uint64_t epoch_rollbacks = 0;       // program restored from a checkpoint
   std::uint64_t epoch_discarded_entries = 0;
+  std::uint64_t epoch_lines_externalized = 0;  // program output lines externalized (all checked: property 14)
+  std::uint64_t epoch_lines_dropped = 0;       // ... held and dropped by a rollback
+  std::uint64_t epoch_input_replayed = 0;      // input bytes the restored program consumed again
+  std::uint64_t epoch_rollbacks_stopped = 0;   // rollbacks after the client stopped (its program runs again)
   // What the agreed history did with them (EpochReplay), and the STAGE and EPOCH executions whose objects the
   // replicas' audits digested (property 12; the replicas' last incarnations only).
   std::uint64_t epoch_hist_stages = 0;

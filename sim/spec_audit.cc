@@ -46,7 +46,8 @@ std::string entry_mismatch(const fs::Entry& entry, const fs::Result& actual) {
   }
   if (actual.outcome != fs::Outcome::kDone) {
     if (actual.stop != entry.expect_stop) return fmt("stopped at op %u, expected op %u", actual.stop, entry.expect_stop);
-    if (actual.outcome == fs::Outcome::kOpFailed && actual.results.at(actual.stop).err != entry.expect_err) {
+    // The errno of the op that stopped it, for a predicate too: the tree may have been told it.
+    if (actual.results.at(actual.stop).err != entry.expect_err) {
       return fmt("errno %u at op %u, expected %u", actual.results[actual.stop].err, actual.stop, entry.expect_err);
     }
     return "";
@@ -219,8 +220,14 @@ EpochReplay::Expected EpochReplay::replay_epoch(const ExecRecord& rec, const fs:
       e.why = why;
       break;
     }
+    e.results.push_back(run.result);
   }
   service_->rollback_to(rec.seq);
+  if (e.verdict == fs::EpochVerdict::kApplied) {
+    e.entries = std::move(entries);
+  } else {
+    e.results.clear();
+  }
   return e;
 }
 
@@ -255,8 +262,15 @@ void EpochReplay::after_epoch(const ExecRecord& rec, const fs::Op& op, const fs:
     return;
   }
   last = op.epoch;
+  applied_[key].push_back(AppliedEpoch{rec.client, op.stream, op.epoch, rec.seq, rec.request_id,
+                                       expected.entries, expected.results});
   const auto staged = staging_.find(key);
   if (staged != staging_.end() && staged->second.epoch <= op.epoch) staging_.erase(staged);
+}
+
+std::vector<AppliedEpoch> EpochReplay::applied(NodeId client, std::uint64_t stream) const {
+  const auto it = applied_.find(StreamKey{client, stream});
+  return it == applied_.end() ? std::vector<AppliedEpoch>{} : it->second;
 }
 
 // What a STAGE that the service accepted keeps (docs/SPECULATION.md §5.5): a newer epoch's first part erases

@@ -53,6 +53,18 @@ struct SpecAuditStats {
   void add(const SpecAuditStats& o);
 };
 
+// An EPOCH that applied in the agreed history, with what its entries gave where it applied: the serial
+// execution that checker property 14 compares an epoch client's output with (sim/spec_output.h).
+struct AppliedEpoch {
+  NodeId client = 0;
+  std::uint64_t stream = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t request_id = 0;     // the EPOCH request's
+  std::vector<fs::Entry> entries;   // staged ones first, as the EPOCH runs them
+  std::vector<fs::Result> results;  // the replay's result of each entry, in order
+};
+
 // Property 12 at one replica: a pass-through Service over the file service that digests its objects around every
 // execution of a request holding STAGE or EPOCH. Every other call forwards.
 class StreamOpAudit final : public ForwardingService {
@@ -89,6 +101,8 @@ class EpochReplay {
   bool failed() const { return !violation_.empty(); }
   const std::string& violation() const { return violation_; }
   const SpecAuditStats& stats() const { return stats_; }
+  // The applied EPOCHs of stream (client, stream id) so far, in agreed order (property 14).
+  std::vector<AppliedEpoch> applied(NodeId client, std::uint64_t stream) const;
 
  private:
   using StreamKey = std::pair<NodeId, std::uint64_t>;  // (client, stream id)
@@ -100,6 +114,8 @@ class EpochReplay {
     fs::EpochVerdict verdict = fs::EpochVerdict::kApplied;
     std::uint32_t entry = 0;  // kEntry: the first entry that did not match
     std::string why;          // what did not match, for the report
+    std::vector<fs::Entry> entries;   // kApplied: the entries replayed ...
+    std::vector<fs::Result> results;  // ... and what each gave
   };
 
   void on_fs_request(const ExecRecord& rec, const fs::Request& request, std::span<const std::uint8_t> inner_op);
@@ -114,13 +130,14 @@ class EpochReplay {
   std::map<StreamKey, std::uint64_t> last_applied_;           // per stream: its last applied epoch
   std::map<StreamKey, std::set<std::uint64_t>> prevs_used_;   // per stream: the prevs of its applied EPOCHs
   std::map<StreamKey, Staging> staging_;
+  std::map<StreamKey, std::vector<AppliedEpoch>> applied_;
   std::uint64_t committed_ = 0;  // the service's undo is committed through this seq
   std::string violation_;
   SpecAuditStats stats_;
 };
 
 // One entry's result against its expectation, compared here rather than by fs::entry_matches: "" if the entry
-// gave the outcome, stop and errno it expects (the errno not for kPredicateFailed) and, when done, every op with a
+// gave the outcome, stop and errno (op #stop's, for kPredicateFailed too) it expects and, when done, every op with a
 // predicate the errno or result digest it names; else what differs.
 std::string entry_mismatch(const fs::Entry& entry, const fs::Result& actual);
 

@@ -114,6 +114,10 @@ void Simulation::collect_epoch_stats() {
     stats_.epoch_failed += e.failed;
     stats_.epoch_rollbacks += e.rollbacks;
     stats_.epoch_discarded_entries += e.discarded_entries;
+    stats_.epoch_lines_externalized += e.lines_externalized;
+    stats_.epoch_lines_dropped += e.lines_dropped;
+    stats_.epoch_input_replayed += e.input_replayed;
+    stats_.epoch_rollbacks_stopped += e.rollbacks_stopped;
   }
   const SpecAuditStats h = fs_check_->spec_stats();
   stats_.epoch_hist_stages = h.stages;
@@ -172,6 +176,7 @@ std::string Simulation::failure_report(const std::string& what) const {
   if (!config_.service.empty()) repro += " --service " + config_.service;
   if (!config_.byzantine) repro += " --no-byzantine";
   if (config_.speculation >= 0) repro += fmt(" --cs %d", config_.speculation);
+  if (config_.epochs >= 0) repro += fmt(" --epochs %d", config_.epochs);
   return fmt("FAIL seed=%llu step=%llu tick=%llu phase=%s: ", ull(config_.seed), ull(steps()), ull(now()),
              phase_name()) +
          what + "\n  scenario: " + sc_.describe() + "\n  reproduce: " + repro + " -v\n  last " +

@@ -69,7 +69,12 @@ fs::Entry build_entry(const fs::Request& request, const fs::Result& model_result
   BFT_ASSERT(model_result.results.size() == request.ops.size());
   for (std::size_t i = 0; i < entry.request.ops.size(); ++i) {
     fs::Op& op = entry.request.ops[i];
-    if (op.expect.kind != fs::ExpectKind::kNone || result_unseen(op.code)) continue;
+    if (result_unseen(op.code)) continue;
+    // The handler's own predicate stays when it already pins what the tree saw: a digest, or an errno naming a
+    // failure (a failed op's result is its errno). "Expect success" does not: the tree also saw the result (a
+    // READ's bytes, a listing), which the digest pins (the model's result has errno 0, so it implies the errno).
+    if (op.expect.kind == fs::ExpectKind::kDigest) continue;
+    if (op.expect.kind == fs::ExpectKind::kErrno && op.expect.err != fs::err::kOk) continue;
     op.expect.kind = fs::ExpectKind::kDigest;
     op.expect.digest = fs::op_result_digest(model_result.results[i]);
   }

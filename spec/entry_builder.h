@@ -20,7 +20,8 @@ fs::Request with_time(const fs::Request& request, std::uint64_t time_ns);
 fs::Result without_time(const fs::Result& result);
 
 // The entry for `request` (an entry request) that the model executed with `model_result`: the expectation is
-// the model's outcome, stop and errno; when every op passed, each op without a predicate of its own expects the
+// the model's outcome, stop and errno; when every op passed, each op without a predicate of its own, or whose own
+// predicate is "errno 0" (success, which says nothing of the bytes or attributes the tree saw), expects the
 // digest of the model's result for it, except TIME and the ops whose result the tree never sees beyond
 // success (WRITE, REMOVE, RMDIR, RENAME: the expected outcome already says they succeeded). A request that
 // stopped gets no predicates: the tree was told only op #stop's errno, and the ops before it are undone either

@@ -164,7 +164,7 @@ struct Request {
 struct Entry {
   Outcome expect_outcome = Outcome::kDone;  // kDone, kOpFailed or kPredicateFailed
   std::uint8_t expect_stop = 0;             // < request.ops.size(); 0 with kDone
-  std::uint32_t expect_err = 0;             // nonzero exactly with kOpFailed
+  std::uint32_t expect_err = 0;             // op #stop's errno: nonzero with kOpFailed, any with kPredicateFailed
   Request request;
   friend bool operator==(const Entry&, const Entry&) = default;
 };

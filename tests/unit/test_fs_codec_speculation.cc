@@ -171,10 +171,10 @@ TEST_CASE("fs an entry's expectation must agree with itself and its request", "[
   CHECK(check(Outcome::kDone, 0, 0) == FsDecodeError::kOk);
   CHECK(check(Outcome::kOpFailed, 1, err::kNoEnt) == FsDecodeError::kOk);
   CHECK(check(Outcome::kPredicateFailed, 1, 0) == FsDecodeError::kOk);
+  CHECK(check(Outcome::kPredicateFailed, 1, err::kNoEnt) == FsDecodeError::kOk);  // the probe's errno
   CHECK(check(Outcome::kDone, 1, 0) == FsDecodeError::kBadEntryExpect);
   CHECK(check(Outcome::kDone, 0, err::kNoEnt) == FsDecodeError::kBadEntryExpect);
   CHECK(check(Outcome::kOpFailed, 1, 0) == FsDecodeError::kBadEntryExpect);
-  CHECK(check(Outcome::kPredicateFailed, 1, err::kNoEnt) == FsDecodeError::kBadEntryExpect);
   CHECK(check(Outcome::kOpFailed, 2, err::kNoEnt) == FsDecodeError::kBadEntryExpect);  // beyond the ops
   CHECK(check(Outcome::kMalformed, 0, 0) == FsDecodeError::kBadEntryExpect);
 }
@@ -310,8 +310,11 @@ TEST_CASE("fs entries: staged bytes, the parts digest and the matching rule", "[
   CHECK_FALSE(entry_matches(entries[0], failed));
   CHECK(entry_matches(entries[1], failed));
   CHECK_FALSE(entry_matches(entries[1], predicate));
-  predicate.results[1].err = err::kExist;  // not compared when a predicate failed
+  predicate.results[1].err = err::kOk;  // the probe found the name: its predicate failed with errno 0
   CHECK(entry_matches(entries[2], predicate));
+  // The probe failed itself: a handler tells the tree that errno (rename_noreplace), so it is compared too.
+  predicate.results[1].err = err::kAccess;
+  CHECK_FALSE(entry_matches(entries[2], predicate));
 }
 
 TEST_CASE("fs speculation decoders survive mutated input and accept only canonical bytes", "[fs][codec]") {

@@ -118,6 +118,17 @@ TEST_CASE("spec entries: TIME first, references moved, digests of what the tree 
   CHECK(e.request.ops[2].expect.kind == ExpectKind::kNone);   // WRITE: only that it succeeded
   CHECK(e.request.ops[3].expect.digest == op_result_digest(res.results[3]));
   CHECK(e.request.ops[4].expect == req.ops[4].expect);  // the handler's own predicate stays
+  // "Expect success" on an op whose result the tree sees (a READ's bytes) becomes the digest of that result:
+  // alone it would let the batch apply with other bytes than the tree was given.
+  const Request read_req = bftfs::spec::with_time(Request{{expecting_errno(read(kRoot, 0, 10), err::kOk)}}, 43);
+  Result read_res;
+  read_res.results.resize(2);
+  read_res.results[0].code = OpCode::kTime;
+  read_res.results[1].code = OpCode::kRead;
+  read_res.results[1].data = Bytes{1, 2, 3};
+  const Entry r = bftfs::spec::build_entry(read_req, read_res);
+  CHECK(r.request.ops[1].expect.kind == ExpectKind::kDigest);
+  CHECK(r.request.ops[1].expect.digest == op_result_digest(read_res.results[1]));
   Request back;
   CHECK(decode_request(encode_request(Request{{stage_op(1, 1, 0, {e})}}), back) == FsDecodeError::kOk);
 
