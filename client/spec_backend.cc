@@ -22,8 +22,8 @@ constexpr std::uint32_t kFirstReplyRounds = 2;   // FETCH rounds of one request 
 constexpr std::uint32_t kFetchRoundsMax = 16;    // then the request fails with EIO (the relay keeps refusing)
 constexpr std::size_t kComparedMax = 1000;       // first replies the cap's lie rate is measured over (§6.5)
 constexpr std::uint32_t kCapMax = 64;
-constexpr std::uint32_t kCapAdviseMin = 8;
-constexpr std::size_t kLogWaitFactor = 2;  // tree requests wait for a seal past this many times the log bound  // ADVICE(cap) only for a cap of at least this many predictions
+constexpr std::uint32_t kCapAdviseMin = 8;      // ADVICE(cap) only for a cap of at least this many predictions
+constexpr std::size_t kLogWaitFactor = 2;        // tree requests wait for a seal past this many times the log bound
 constexpr double kSmoothing = 0.1;               // weight of a new latency sample
 constexpr std::uint64_t kFutureSlackNs = 1'000'000'000;  // seen times further ahead of the clock are ignored
 constexpr auto kClosedPoll = std::chrono::milliseconds(100);
@@ -56,6 +56,11 @@ bool write_only(const fs::Request& r) {
   return std::all_of(r.ops.begin(), r.ops.end(), [](const fs::Op& op) { return op.code == fs::OpCode::kWrite; });
 }
 
+bool any_shared(const std::vector<fs::ObjectKey>& a, const std::vector<fs::ObjectKey>& b) {
+  return std::any_of(a.begin(), a.end(),
+                     [&](const fs::ObjectKey& k) { return std::find(b.begin(), b.end(), k) != b.end(); });
+}
+
 bool reads_data(const fs::Request& r) {
   return std::any_of(r.ops.begin(), r.ops.end(), [](const fs::Op& op) {
     return op.code == fs::OpCode::kRead || op.code == fs::OpCode::kReaddir || op.code == fs::OpCode::kReaddirPlus ||
@@ -75,13 +80,6 @@ Final refused(std::string why) {
   f.status = FinalStatus::kRefused;
   f.reason = std::move(why);
   return f;
-}
-
-fs::Op stream_op(fs::OpCode code, std::uint64_t stream) {
-  fs::Op op;
-  op.code = code;
-  op.stream = stream;
-  return op;
 }
 
 std::optional<fs::OpResult> stream_result(const Final& f, fs::OpCode code) {
@@ -167,19 +165,6 @@ void SpecBackend::Core::send_stream_locked(fs::Request r, std::function<void(con
   (void)relay.submit(r, SubmitOptions{}, std::move(cb));
 }
 
-fs::Request SpecBackend::Core::fetch_request_locked(std::uint32_t round, const fs::Request& entry,
-                                                   const std::vector<fs::ObjectKey>& missing, bool repeated) {
-  fs::Op op = stream_op(fs::OpCode::kFetch, opt.stream);
-  if (missing.empty() || (round == 0 && !repeated)) {
-    op.fetch_mode = fs::FetchMode::kTrace;
-    op.trace = entry;
-  } else {
-    op.fetch_mode = fs::FetchMode::kKeys;
-    op.keys.assign(missing.begin(), missing.begin() + std::min<std::size_t>(missing.size(), fs::kFetchKeysMax));
-  }
-  return fs::Request{{std::move(op)}};
-}
-
 void SpecBackend::Core::drop_clean_locked() {
   model.drop_clean();
   if (creates >= pool.size()) return;
@@ -194,7 +179,7 @@ void SpecBackend::Core::ensure_pool_locked() {
   if (reserving || !reserve_error.empty() || reserved - creates >= opt.pool_low) return;
   reserving = true;
   ++stats.reserves;
-  fs::Op op = stream_op(fs::OpCode::kReserve, opt.stream);
+  fs::Op op = spec::stream_op(fs::OpCode::kReserve, opt.stream);
   op.reserve = opt.reserve_batch;
   auto self = shared_from_this();
   send_stream_locked(fs::Request{{std::move(op)}}, [self](const Final& f) {
@@ -345,16 +330,16 @@ void SpecBackend::Core::run_speculative(std::unique_lock<std::mutex>& lk, const 
     }
     if (run.complete()) return answer_locked(lk, request, options, std::move(entry), run.result, need, waited_us, cb);
     const bool first_ok = rounds < kFirstReplyRounds && one_reply_allowed_locked();
-    const bool repeated = std::any_of(run.missing.begin(), run.missing.end(), [&](const fs::ObjectKey& k) {
-      return std::find(last_missing.begin(), last_missing.end(), k) != last_missing.end();
-    });
+    // The trace while it brings new facts, then the keys still missing (a trace runs on the replicas' state,
+    // which the tree's uncommitted changes have left behind): a key missing twice in a row ends the tracing.
+    const bool repeated = any_shared(run.missing, last_missing);
     last_missing = run.missing;
-    fs::Request f = fetch_request_locked(rounds, entry, run.missing, repeated);
-    ++rounds;
+    fs::Request f = spec::fetch_request(opt.stream, entry, run.missing, rounds == 0 && !repeated);
     ++stats.fetches;
     lk.unlock();
     Fetched got = fetch(std::move(f), first_ok);
     lk.lock();
+    ++rounds;
     waited_us += got.waited_us;
     if (got.used_first) {
       ++open.one_reply;
@@ -431,7 +416,8 @@ std::vector<spec::DaemonMsg> SpecBackend::Core::advice_locked() {
     open.advised_cap = true;
     out.push_back(spec::Advice{spec::AdviceKind::kPredictionCap, stretch});
   }
-  const bool near_full = log.open_entries() * 4 >= opt.log_entries_max * 3 || log.open_bytes() * 4 >= opt.log_bytes_max * 3;
+  const bool near_full =
+      log.open_entries() * 4 >= opt.log_entries_max * 3 || log.open_bytes() * 4 >= opt.log_bytes_max * 3;
   if (!open.advised_log && near_full) {
     open.advised_log = true;
     out.push_back(spec::Advice{spec::AdviceKind::kLogNearFull, stretch});

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "client/spec_backend.h"
+#include "spec/entry_builder.h"
 #include "spec/epoch_log.h"
 #include "spec/local_model.h"
 
@@ -143,10 +144,6 @@ struct SpecBackend::Core : std::enable_shared_from_this<SpecBackend::Core> {
   bool recently_read_locked(const fs::Request& request);
   std::unordered_map<std::string, SteadyTime> recent_reads;  // metadata reads counted as hidden, by object/name
   SteadyTime recent_pruned{};
-  // FETCH of what an entry's execution lacks: its trace while that brings new facts, then the keys still missing
-  // (a trace runs on the replicas' state, which the tree's uncommitted changes have left behind).
-  fs::Request fetch_request_locked(std::uint32_t round, const fs::Request& entry, const std::vector<fs::ObjectKey>& missing,
-                                   bool repeated);
   void run_speculative(std::unique_lock<std::mutex>& lk, const fs::Request& request, const SubmitOptions& options,
                        Callbacks& cb);
   void submit_plain_locked(Plain p);
@@ -173,7 +170,6 @@ struct SpecBackend::Core : std::enable_shared_from_this<SpecBackend::Core> {
 
 // The one OpResult of a stream op's final, if it executed without an errno.
 std::optional<fs::OpResult> stream_result(const Final& f, fs::OpCode code);
-fs::Op stream_op(fs::OpCode code, std::uint64_t stream);
 // A final for a request the engine answers without executing it (EIO to the caller), saying why.
 Final refused(std::string why);
 

@@ -264,7 +264,7 @@ bool SpecBackend::speculative() const {
 }
 
 std::string SpecBackend::close_stream() {
-  fs::Request r{{stream_op(fs::OpCode::kStreamClose, core_->opt.stream)}};
+  fs::Request r{{spec::stream_op(fs::OpCode::kStreamClose, core_->opt.stream)}};
   const Final f = call_and_wait(core_->relay, r, false);
   if (f.status == FinalStatus::kRefused) return "STREAM_CLOSE refused: " + f.reason;
   if (f.result.outcome != fs::Outcome::kDone) return "STREAM_CLOSE failed";

@@ -23,24 +23,7 @@ constexpr std::uint64_t kPoolLow = 4;           // RESERVE when fewer inode numb
 // lie the open epoch used reaches the replicas' replay (which fails it: rollback) instead of stalling the client.
 constexpr std::uint32_t kFetchRoundsSeal = 8;
 
-fs::Op stream_op(fs::OpCode code) {
-  fs::Op op;
-  op.code = code;
-  op.stream = kEpochStream;
-  return op;
-}
-
-fs::Request fetch_request(std::uint32_t round, const fs::Request& entry, const std::vector<fs::ObjectKey>& missing) {
-  fs::Op op = stream_op(fs::OpCode::kFetch);
-  if (round < kFirstReplyRounds || missing.empty()) {
-    op.fetch_mode = fs::FetchMode::kTrace;
-    op.trace = entry;
-  } else {
-    op.fetch_mode = fs::FetchMode::kKeys;
-    op.keys.assign(missing.begin(), missing.begin() + std::min<std::size_t>(missing.size(), fs::kFetchKeysMax));
-  }
-  return fs::Request{{std::move(op)}};
-}
+fs::Op stream_op(fs::OpCode code) { return spec::stream_op(code, kEpochStream); }
 
 bool creates_inode(fs::OpCode code) {
   return code == fs::OpCode::kCreate || code == fs::OpCode::kMkdir || code == fs::OpCode::kSymlink ||
@@ -125,7 +108,7 @@ bool Simulation::epoch_answer(ClientNode& c) {
         may_seal()) {
       epoch_seal(c);
     }
-    e.fetch = epoch_submit(c, fetch_request(e.fetch_rounds, e.pending_entry, run.missing),
+    e.fetch = epoch_submit(c, spec::fetch_request(kEpochStream, e.pending_entry, run.missing, e.fetch_rounds < kFirstReplyRounds),
                            e.fetch_rounds < kFirstReplyRounds ? "FETCH trace" : "FETCH keys");
     ++e.fetch_rounds;
     ++e.stats.fetches;

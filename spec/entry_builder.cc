@@ -1,6 +1,8 @@
 // Entries from requests and model results: see entry_builder.h.
 #include "spec/entry_builder.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "common/assert.h"
@@ -79,6 +81,27 @@ fs::Entry build_entry(const fs::Request& request, const fs::Result& model_result
     op.expect.digest = fs::op_result_digest(model_result.results[i]);
   }
   return entry;
+}
+
+fs::Op stream_op(fs::OpCode code, std::uint64_t stream, std::uint64_t epoch) {
+  fs::Op op;
+  op.code = code;
+  op.stream = stream;
+  op.epoch = epoch;
+  return op;
+}
+
+fs::Request fetch_request(std::uint64_t stream, const fs::Request& entry, const std::vector<fs::ObjectKey>& missing,
+                          bool trace) {
+  fs::Op op = stream_op(fs::OpCode::kFetch, stream);
+  if (trace || missing.empty()) {
+    op.fetch_mode = fs::FetchMode::kTrace;
+    op.trace = entry;
+  } else {
+    op.fetch_mode = fs::FetchMode::kKeys;
+    op.keys.assign(missing.begin(), missing.begin() + std::min<std::size_t>(missing.size(), fs::kFetchKeysMax));
+  }
+  return fs::Request{{std::move(op)}};
 }
 
 }  // namespace bftfs::spec

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "services/fs/fs_codec.h"
 
@@ -27,5 +28,14 @@ fs::Result without_time(const fs::Result& result);
 // stopped gets no predicates: the tree was told only op #stop's errno, and the ops before it are undone either
 // way.
 fs::Entry build_entry(const fs::Request& request, const fs::Result& model_result);
+
+// An op of stream `stream` (RESERVE, FETCH, STAGE, EPOCH: §5.1), for epoch `epoch` where it has one.
+fs::Op stream_op(fs::OpCode code, std::uint64_t stream, std::uint64_t epoch = 0);
+
+// The FETCH of stream `stream` for entry request `entry`, which the model could not finish: with `trace`, the
+// facts `entry` reads (trace mode); else the keys `missing` names, at most kFetchKeysMax (keys mode, §5.7).
+// `missing` empty always traces.
+fs::Request fetch_request(std::uint64_t stream, const fs::Request& entry, const std::vector<fs::ObjectKey>& missing,
+                          bool trace);
 
 }  // namespace bftfs::spec

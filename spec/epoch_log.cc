@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/assert.h"
+#include "spec/entry_builder.h"
 
 namespace bftfs::spec {
 
@@ -12,14 +13,6 @@ namespace {
 
 // What put_entry writes for `entry` (services/fs/fs_codec_speculation.cc): expectation, length, request.
 std::size_t entry_bytes(const fs::Entry& entry) { return 1 + 1 + 4 + 4 + fs::encode_request(entry.request).size(); }
-
-fs::Op stream_op(fs::OpCode code, std::uint64_t stream, std::uint64_t epoch) {
-  fs::Op op;
-  op.code = code;
-  op.stream = stream;
-  op.epoch = epoch;
-  return op;
-}
 
 }  // namespace
 

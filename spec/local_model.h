@@ -75,6 +75,7 @@ class LocalModel {
   NodeId client_;
   std::uint64_t stream_;
   std::uint64_t memory_bound_ = 0;
+  std::uint64_t evict_above_ = 0;  // keep_bound scans only past this (what could not be evicted, plus a margin)
   CachingObjectStore* store_;  // owned by service_
   std::unique_ptr<fs::FsService> service_;
 };

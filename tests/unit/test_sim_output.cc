@@ -70,6 +70,15 @@ struct History {
   std::string check() const { return bftfs::sim::check_serial_output(out, applied, facts); }
 };
 
+// A file-service seed whose last client runs epochs (the sabotage tests change one switch of it).
+bftfs::sim::SimConfig epoch_seed(std::uint64_t seed) {
+  bftfs::sim::SimConfig c;
+  c.seed = seed;
+  c.service = "fs";
+  c.epochs = 1;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("the program's input stream: each read takes one byte and up to three more, fixed by the stream",
@@ -156,10 +165,7 @@ TEST_CASE("property 14 objects to an epoch applied that the client rolled back, 
 
 TEST_CASE("a client that externalizes output before its epoch commits fails the run with property 14",
           "[sim][fs][epoch][output]") {
-  bftfs::sim::SimConfig c;
-  c.seed = 5;
-  c.service = "fs";
-  c.epochs = 1;
+  bftfs::sim::SimConfig c = epoch_seed(5);
   c.sabotage_output = true;
   const bftfs::sim::SimResult r = bftfs::sim::run_isolated(c);
   INFO(r.scenario << "\n" << r.failure);
@@ -169,10 +175,7 @@ TEST_CASE("a client that externalizes output before its epoch commits fails the 
 
 TEST_CASE("a rollback that does not restore what the program knew fails the run with property 14",
           "[sim][fs][epoch][output]") {
-  bftfs::sim::SimConfig c;
-  c.seed = 1;
-  c.service = "fs";
-  c.epochs = 1;
+  bftfs::sim::SimConfig c = epoch_seed(1);
   c.sabotage_checkpoint = true;
   const bftfs::sim::SimResult r = bftfs::sim::run_isolated(c);
   INFO(r.scenario << "\n" << r.failure);
@@ -181,10 +184,7 @@ TEST_CASE("a rollback that does not restore what the program knew fails the run 
 }
 
 TEST_CASE("a client whose last epoch is never sealed fails the run with property 15", "[sim][fs][epoch][output]") {
-  bftfs::sim::SimConfig c;
-  c.seed = 3;
-  c.service = "fs";
-  c.epochs = 1;
+  bftfs::sim::SimConfig c = epoch_seed(3);
   c.liveness_ticks_max = 8000;
   c.sabotage_last_epoch = true;
   const bftfs::sim::SimResult r = bftfs::sim::run_isolated(c);
